@@ -1,0 +1,1 @@
+"""Core types, the cohort engine, the round loop and the server optimizer."""

@@ -1,0 +1,335 @@
+"""The cohort engine: every selected client's local SGD as one vectorized computation.
+
+Layout: the training examples live on device as one flat array; each round the engine
+builds index arrays ``[M, S, B]`` (S = the most local steps any client can run) and gathers
+the cohort's batches once per chunk of clients. Clients with different amounts of data run
+different numbers of steps: a padded step is masked (``jnp.where`` on params and optimizer
+state, so it changes nothing).
+
+Parallelism is a chunk size c over the cohort: the cohort (sorted by step count when
+bucketing) is cut into G = M / c chunks, a ``lax.map`` runs the chunks one after another and
+each chunk runs ``vmap`` over its c clients inside a loop whose trip count is the chunk's
+own largest step count. So
+
+* ``vmap``: c = M, one chunk, padded to the cohort's longest client;
+* ``map``: c = 1, clients one after another inside jit, no padding at all;
+* ``chunked``: c = ``chunk_size``; with step-count sorting this is step bucketing: chunks
+  hold clients of similar step counts, so padding stays small.
+
+The engine reports the useful-step fraction: real steps / (steps run by the padded loops).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from fedjax_sel.core.registry import check_range
+from fedjax_sel.core.types import ClientUpdate
+
+PARALLELISM = ("auto", "vmap", "map", "chunked")
+
+
+class EngineConfig(NamedTuple):
+  """Static settings of local training.
+
+  Attributes:
+    batch_size: B, examples per local step.
+    local_epochs: E, passes over the client's data (used when ``local_steps`` is None).
+    local_steps: K, a fixed number of local steps per client (wins over epochs).
+    parallelism: one of ``PARALLELISM``.
+    chunk_size: clients per chunk for ``chunked`` (and ``auto`` when it picks chunks).
+    sort_by_steps: sort the cohort by step count before chunking (step bucketing).
+  """
+
+  batch_size: int = 10
+  local_epochs: int = 1
+  local_steps: int | None = None
+  parallelism: str = "auto"
+  chunk_size: int = 0
+  sort_by_steps: bool = True
+
+
+class CohortResult(NamedTuple):
+  """What local training returns for the M cohort slots.
+
+  Attributes:
+    deltas: pytree of [M, ...], local params minus global params (zero for invalid slots).
+    loss: f32[M], mean training loss over the client's local steps.
+    num_steps: i32[M], local steps each slot ran (0 for invalid slots).
+    padded_steps: f32[], steps executed including masked padding (per client lane).
+  """
+
+  deltas: Any
+  loss: jax.Array
+  num_steps: jax.Array
+  padded_steps: jax.Array
+
+
+def validate_engine_config(cfg: EngineConfig) -> None:
+  check_range("batch_size", cfg.batch_size, 1)
+  if cfg.local_steps is not None:
+    check_range("local_steps", cfg.local_steps, 1)
+  else:
+    check_range("local_epochs", cfg.local_epochs, 1)
+  if cfg.parallelism not in PARALLELISM:
+    raise ValueError(f"parallelism={cfg.parallelism!r}; allowed: {', '.join(PARALLELISM)}")
+  check_range("chunk_size", cfg.chunk_size, 0)
+
+
+def cross_entropy_loss(apply_fn: Callable) -> Callable:
+  """loss(params, (x, y, mask)) = masked mean softmax cross-entropy over the batch."""
+
+  def loss_fn(params, batch):
+    x, y, mask = batch
+    logits = apply_fn(params, x)
+    per_example = optax.softmax_cross_entropy_with_integer_labels(logits, y)
+    mask = mask.astype(per_example.dtype)
+    return jnp.sum(per_example * mask) / jnp.maximum(jnp.sum(mask), 1.0)
+
+  return loss_fn
+
+
+def steps_per_client(num_examples: jax.Array, cfg: EngineConfig) -> jax.Array:
+  """i32[N]: local steps of each client (0 for a client without data)."""
+  n = jnp.asarray(num_examples, jnp.int32)
+  if cfg.local_steps is not None:
+    return jnp.where(n > 0, cfg.local_steps, 0).astype(jnp.int32)
+  return (cfg.local_epochs * ((n + cfg.batch_size - 1) // cfg.batch_size)).astype(jnp.int32)
+
+
+def max_steps(max_examples: int, cfg: EngineConfig) -> int:
+  if cfg.local_steps is not None:
+    return int(cfg.local_steps)
+  return int(cfg.local_epochs * math.ceil(max(max_examples, 1) / cfg.batch_size))
+
+
+def resolve_chunk_size(cfg: EngineConfig, num_selected: int, conv: bool, backend: str) -> int:
+  """The chunk size a parallelism mode means for this cohort.
+
+  ``auto``: vmap the whole cohort for dense models (and for anything on an accelerator);
+  for convolutional models on CPU, chunks of 8 clients sorted by steps (batched
+  convolutions on CPU gain little from wider batches and padding costs real FLOPs; see
+  BUILD_NOTES.md for the measurements behind this rule).
+  """
+  mode = cfg.parallelism
+  if mode == "auto":
+    mode = "chunked" if (conv and backend == "cpu") else "vmap"
+  if mode == "vmap":
+    return num_selected
+  if mode == "map":
+    return 1
+  size = cfg.chunk_size or 8
+  return max(1, min(size, num_selected))
+
+
+def _client_mesh():
+  devices = jax.devices()
+  if len(devices) <= 1:
+    return None
+  return Mesh(devices, ("clients",))
+
+
+def _shard_leading(tree, mesh):
+  """Constrains arrays to be split over devices along their leading (client) axis."""
+  if mesh is None:
+    return tree
+  n = mesh.devices.size
+
+  def constrain(a):
+    if a.ndim == 0 or a.shape[0] % n:
+      return a
+    spec = P("clients", *([None] * (a.ndim - 1)))
+    return jax.lax.with_sharding_constraint(a, NamedSharding(mesh, spec))
+
+  return jax.tree_util.tree_map(constrain, tree)
+
+
+def make_cohort_trainer(
+    apply_fn: Callable,
+    client_update: ClientUpdate,
+    client_optimizer: Callable[[jax.Array], optax.GradientTransformation],
+    train_x: jax.Array,
+    train_y: jax.Array,
+    offsets: jax.Array,
+    counts: jax.Array,
+    cfg: EngineConfig,
+    num_selected: int,
+    conv: bool = False,
+) -> Callable[..., CohortResult]:
+  """Builds ``train(params, cohort, valid, key, lr, aux) -> CohortResult``.
+
+  Args:
+    apply_fn: ``apply(params, x) -> logits``.
+    client_update: the local rule (sgd, fedprox, scaffold).
+    client_optimizer: ``lr -> optax.GradientTransformation`` (e.g. ``optax.sgd``).
+    train_x, train_y: the flat training arrays (on device).
+    offsets, counts: i32[N], each client's slice of the flat arrays.
+    cfg: EngineConfig.
+    num_selected: M, the cohort slots.
+    conv: whether the model is convolutional (for the ``auto`` parallelism rule).
+
+  Returns:
+    A pure, jittable function. ``cohort: i32[M]``, ``valid: bool[M]``, ``lr: f32[]``,
+    ``aux``: per-slot pytree from ``client_update.prepare``.
+  """
+  validate_engine_config(cfg)
+  counts = jnp.asarray(counts, jnp.int32)
+  offsets = jnp.asarray(offsets, jnp.int32)
+  n_max = max(int(jnp.max(counts)), 1) if counts.size else 1
+  s_max = max_steps(n_max, cfg)
+  batch = cfg.batch_size
+  steps_all = steps_per_client(counts, cfg)
+  chunk = resolve_chunk_size(cfg, num_selected, conv, jax.default_backend())
+  num_chunks = -(-num_selected // chunk)
+  m_pad = num_chunks * chunk
+  loss_fn = cross_entropy_loss(apply_fn)
+  mesh = _client_mesh()
+  if cfg.local_steps is not None:
+    # passes over the data needed by the longest-running (smallest) client, capped
+    num_perms = int(min(8, max(1, math.ceil(cfg.local_steps * batch / max(1, n_max // 4)))))
+  else:
+    num_perms = int(cfg.local_epochs)
+
+  def batch_indices(key, n, steps):
+    """Example indices i32[S, B] into the client's data and their mask bool[S, B]."""
+    u = jax.random.uniform(key, (num_perms, n_max))
+    u = jnp.where(jnp.arange(n_max)[None] < n, u, 2.0)
+    perm = jnp.argsort(u, axis=-1)  # first n entries of each row: a permutation of 0..n-1
+    j = jnp.arange(s_max)[:, None]
+    b = jnp.arange(batch)[None, :]
+    n_safe = jnp.maximum(n, 1)
+    if cfg.local_steps is not None:
+      pos = j * batch + b
+      epoch = (pos // n_safe) % num_perms
+      within = pos % n_safe
+      mask = (b < n) & (j < steps)
+    else:
+      steps_per_epoch = jnp.maximum((n + batch - 1) // batch, 1)
+      epoch = jnp.minimum(j // steps_per_epoch, num_perms - 1)
+      within = (j % steps_per_epoch) * batch + b
+      mask = (within < n) & (j < steps)
+      within = jnp.minimum(within, n_max - 1)
+    idx = perm[epoch, within]
+    return idx, mask
+
+  def train_one(global_params, xb, yb, mb, steps, aux, lr, num_iters):
+    opt = client_optimizer(lr)
+    opt_state = opt.init(global_params)
+
+    def body(j, carry):
+      params, opt_state, loss_sum = carry
+      loss, grads = client_update.grad(loss_fn, params, global_params, (xb[j], yb[j], mb[j]), aux)
+      updates, new_opt_state = opt.update(grads, opt_state, params)
+      new_params = optax.apply_updates(params, updates)
+      active = j < steps
+      keep = lambda new, old: jnp.where(active, new, old)
+      params = jax.tree_util.tree_map(keep, new_params, params)
+      opt_state = jax.tree_util.tree_map(keep, new_opt_state, opt_state)
+      return params, opt_state, loss_sum + jnp.where(active, loss, 0.0)
+
+    params, _, loss_sum = jax.lax.fori_loop(
+        0, num_iters, body, (global_params, opt_state, jnp.zeros((), jnp.float32))
+    )
+    delta = jax.tree_util.tree_map(jnp.subtract, params, global_params)
+    return delta, loss_sum / jnp.maximum(steps, 1).astype(jnp.float32)
+
+  def train(global_params, cohort, valid, key, lr, aux) -> CohortResult:
+    cohort = jnp.asarray(cohort, jnp.int32)
+    steps = jnp.where(valid, steps_all[cohort], 0)
+    pad = m_pad - num_selected
+    cohort_p = jnp.pad(cohort, (0, pad))
+    steps_p = jnp.pad(steps, (0, pad))
+    aux_p = jax.tree_util.tree_map(
+        lambda a: jnp.pad(a, [(0, pad)] + [(0, 0)] * (a.ndim - 1)), aux
+    )
+    slot = jnp.arange(m_pad)
+    keys = jax.vmap(lambda i: jax.random.fold_in(key, i))(slot)
+    order = jnp.argsort(-steps_p, stable=True) if (cfg.sort_by_steps and chunk < m_pad) else slot
+    shape_chunks = lambda a: a[order].reshape((num_chunks, chunk) + a.shape[1:])
+    xs = (
+        shape_chunks(cohort_p),
+        shape_chunks(steps_p),
+        shape_chunks(keys),
+        jax.tree_util.tree_map(shape_chunks, aux_p),
+    )
+
+    def run_chunk(args):
+      ids, chunk_steps, chunk_keys, chunk_aux = args
+      n = counts[ids]
+      idx, mask = jax.vmap(batch_indices)(chunk_keys, n, chunk_steps)
+      flat_idx = offsets[ids][:, None, None] + idx
+      xb = train_x[flat_idx]
+      yb = train_y[flat_idx]
+      xb, yb, mask, chunk_steps_s, chunk_aux = _shard_leading(
+          (xb, yb, mask, chunk_steps, chunk_aux), mesh
+      )
+      num_iters = jnp.max(chunk_steps)
+      delta, loss = jax.vmap(train_one, in_axes=(None, 0, 0, 0, 0, 0, None, None))(
+          global_params, xb, yb, mask, chunk_steps_s, chunk_aux, lr, num_iters
+      )
+      return delta, loss, num_iters * chunk
+
+    if num_chunks == 1:
+      out = run_chunk(jax.tree_util.tree_map(lambda a: a[0], xs))
+      out = jax.tree_util.tree_map(lambda a: a[None], out)
+    else:
+      out = jax.lax.map(run_chunk, xs)
+    delta_c, loss_c, padded = out
+    inverse = jnp.argsort(order)
+    unchunk = lambda a: a.reshape((m_pad,) + a.shape[2:])[inverse][:num_selected]
+    deltas = jax.tree_util.tree_map(unchunk, delta_c)
+    loss = unchunk(loss_c)
+    deltas = jax.tree_util.tree_map(
+        lambda d: jnp.where(valid.reshape((-1,) + (1,) * (d.ndim - 1)), d, 0.0), deltas
+    )
+    return CohortResult(
+        deltas=deltas,
+        loss=jnp.where(valid, loss, 0.0),
+        num_steps=steps,
+        padded_steps=jnp.sum(padded).astype(jnp.float32),
+    )
+
+  @jax.jit
+  def train_single(global_params, client_id, key_i, lr, aux_i):
+    n = counts[client_id]
+    steps = steps_all[client_id]
+    idx, mask = batch_indices(key_i, n, steps)
+    flat_idx = offsets[client_id] + idx
+    return train_one(
+        global_params, train_x[flat_idx], train_y[flat_idx], mask, steps, aux_i, lr, steps
+    )
+
+  def per_client_loop(global_params, cohort, valid, key, lr, aux) -> CohortResult:
+    """The same work as ``train``, one jitted client call after another (a reference)."""
+    deltas, losses = [], []
+    zeros = jax.tree_util.tree_map(jnp.zeros_like, global_params)
+    for i in range(num_selected):
+      if not bool(valid[i]):
+        deltas.append(zeros)
+        losses.append(jnp.zeros((), jnp.float32))
+        continue
+      aux_i = jax.tree_util.tree_map(lambda a, i=i: a[i], aux)
+      d, loss = train_single(global_params, cohort[i], jax.random.fold_in(key, i), lr, aux_i)
+      deltas.append(d)
+      losses.append(loss)
+    steps = jnp.where(valid, steps_all[jnp.asarray(cohort)], 0)
+    return CohortResult(
+        deltas=jax.tree_util.tree_map(lambda *a: jnp.stack(a), *deltas),
+        loss=jnp.stack(losses),
+        num_steps=steps,
+        padded_steps=jnp.sum(steps).astype(jnp.float32),
+    )
+
+  train.chunk_size = chunk
+  train.max_steps = s_max
+  train.steps_per_client = steps_all
+  train.per_client_loop = per_client_loop
+  train.train_single = train_single
+  return train

@@ -1,0 +1,402 @@
+"""The round loop: one jitted ``round_step(state) -> (state, metrics)``, scanned over rounds.
+
+A round, as data flows through it::
+
+  key_t = fold_in(key, t); avail_key_t = fold_in(availability_key, t)
+  availability -> avail: bool[N]
+  selection    -> Selection(cohort i32[M], valid bool[M], weights f32[M])
+  cohort engine-> deltas [M, ...], losses f32[M]        (all M clients at once)
+  aggregation  -> update (like params)
+  server opt   -> params <- optax update on -update     (FedAvg = SGD lr 1)
+
+The whole experiment state is one pytree (``RoundState``): checkpointing it is
+checkpointing the experiment.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, NamedTuple
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from fedjax_sel.core import engine as engine_lib
+from fedjax_sel.core import evaluation
+from fedjax_sel.core.registry import check_range
+from fedjax_sel.core.types import (
+    AggregationAux,
+    Aggregator,
+    AvailabilityModel,
+    ClientUpdate,
+    Selection,
+    SelectionContext,
+    SelectionStrategy,
+)
+from fedjax_sel.data.federated import FederatedData
+from fedjax_sel.models import Model
+from fedjax_sel.similarity import sketch as sketch_lib
+
+SERVER_OPTIMIZERS = ("sgd", "momentum", "adam", "yogi", "adagrad")
+CLIENT_OPTIMIZERS = ("sgd", "momentum")
+
+
+@flax.struct.dataclass
+class RoundState:
+  """Everything a run needs to continue: the experiment's whole state."""
+
+  params: Any
+  server_opt_state: Any
+  availability_state: Any
+  selection_state: Any
+  aggregation_state: Any
+  client_state: Any
+  key: jax.Array
+  availability_key: jax.Array
+  round: jax.Array  # i32[], the next round to run
+  sampling_counts: jax.Array  # i32[N]
+  update_sketch: jax.Array  # f32[N, d] (d = 0 unless the selection uses updates)
+  embeddings: jax.Array  # f32[N, E] (E = 0 unless the selection uses updates)
+  seen: jax.Array  # bool[N]
+  useful_steps: jax.Array  # f32[], real local steps so far
+  executed_steps: jax.Array  # f32[], steps executed including padding
+  nonfinite_updates: jax.Array  # i32[], client updates dropped as non-finite
+  empty_rounds: jax.Array  # i32[], rounds in which nobody trained
+  skipped_updates: jax.Array  # i32[], rounds whose global update was non-finite
+
+
+class SimulationConfig(NamedTuple):
+  """Static settings of the round loop."""
+
+  client_lr: float = 0.1
+  lr_decay: float = 1.0  # client lr at round t = client_lr * lr_decay ** t
+  client_optimizer: str = "sgd"
+  client_momentum: float = 0.0
+  server_optimizer: str = "sgd"
+  server_lr: float = 1.0
+  server_momentum: float = 0.9
+  sketch_dim: int = 256
+  sketch_seed: int = 0
+  num_noise_inputs: int = 16
+  loss_examples: int = 64  # examples per client for ctx.client_losses
+  engine: engine_lib.EngineConfig = engine_lib.EngineConfig()
+
+
+def make_server_optimizer(name: str, lr: float, momentum: float = 0.9):
+  check_range("server_lr", lr, 0.0, low_inclusive=False)
+  if name == "sgd":
+    return optax.sgd(lr)
+  if name == "momentum":
+    return optax.sgd(lr, momentum=momentum)
+  if name == "adam":
+    return optax.adam(lr, eps=1e-3)  # FedAdam (Reddi et al. 2021) uses tau = 1e-3
+  if name == "yogi":
+    return optax.yogi(lr, eps=1e-3)
+  if name == "adagrad":
+    return optax.adagrad(lr, eps=1e-3)
+  raise ValueError(f"server_optimizer={name!r}; allowed: {', '.join(SERVER_OPTIMIZERS)}")
+
+
+def make_client_optimizer(name: str, momentum: float = 0.0):
+  if name not in CLIENT_OPTIMIZERS:
+    raise ValueError(f"client_optimizer={name!r}; allowed: {', '.join(CLIENT_OPTIMIZERS)}")
+  check_range("client_momentum", momentum, 0.0, 1.0, high_inclusive=False)
+  if name == "sgd" and momentum == 0.0:
+    return lambda lr: optax.sgd(lr)
+  return lambda lr: optax.sgd(lr, momentum=momentum or 0.9)
+
+
+class Simulation:
+  """Wires the four pluggable parts, the cohort engine and the data into a round loop.
+
+  The object only holds static configuration and closures; every piece of changing
+  state lives in the ``RoundState`` pytree that its functions take and return.
+  """
+
+  def __init__(
+      self,
+      data: FederatedData,
+      model: Model,
+      availability: AvailabilityModel,
+      selection: SelectionStrategy,
+      aggregator: Aggregator,
+      client_update: ClientUpdate,
+      config: SimulationConfig = SimulationConfig(),
+  ):
+    check_range("client_lr", config.client_lr, 0.0, low_inclusive=False)
+    check_range("lr_decay", config.lr_decay, 0.0, 1.0, low_inclusive=False)
+    check_range("sketch_dim", config.sketch_dim, 1)
+    num_clients = data.num_clients
+    num_selected = int(selection.num_selected)
+    if num_selected < 1 or num_selected > num_clients:
+      raise ValueError(
+          f"clients_per_round={num_selected} is out of range; allowed: [1, {num_clients}] "
+          f"(num_clients={num_clients})"
+      )
+    self.data = data
+    self.model = model
+    self.availability = availability
+    self.selection = selection
+    self.aggregator = aggregator
+    self.client_update = client_update
+    self.config = config
+    self.num_clients = num_clients
+    self.num_selected = num_selected
+    self.info = data.client_info()
+    self.server_opt = make_server_optimizer(
+        config.server_optimizer, config.server_lr, config.server_momentum
+    )
+    train = data.train
+    self.train_x = jnp.asarray(train.x)
+    self.train_y = jnp.asarray(train.y)
+    self.trainer = engine_lib.make_cohort_trainer(
+        model.apply,
+        client_update,
+        make_client_optimizer(config.client_optimizer, config.client_momentum),
+        self.train_x,
+        self.train_y,
+        train.offsets,
+        train.counts,
+        config.engine,
+        num_selected,
+        conv=model.conv,
+    )
+    self.global_eval = evaluation.make_global_eval(model.apply, data.test_x, data.test_y)
+    self.client_eval = evaluation.make_per_client_eval(
+        model.apply, data.test.x, data.test.y, data.test.counts
+    )
+    self._offsets = jnp.asarray(train.offsets, jnp.int32)
+    self._counts = jnp.asarray(train.counts, jnp.int32)
+    self._num_examples_f = jnp.asarray(train.counts, jnp.float32)
+    # The sketch projection and the noise inputs of functional embeddings are fixed
+    # (seed 0 of their own), independent of the run's seed: the same for every method.
+    k_proj, k_noise = jax.random.split(jax.random.key(config.sketch_seed))
+    shapes = jax.eval_shape(model.init, jax.random.key(0))
+    p = sum(int(np.prod(s.shape)) for s in jax.tree_util.tree_leaves(shapes))
+    uses = selection.uses_updates
+    d = min(config.sketch_dim, p) if uses else 0
+    self._projection = (
+        sketch_lib.make_projection(k_proj, p, d) if d else jnp.zeros((p, 0), jnp.float32)
+    )
+    self._noise = jax.random.normal(
+        k_noise, (config.num_noise_inputs, *model.input_shape), jnp.float32
+    )
+    self._embedding_dim = config.num_noise_inputs * model.num_classes if uses else 0
+    self.round_step = jax.jit(self._round_step)
+    self.run_rounds = jax.jit(self._run_rounds, static_argnums=1, donate_argnums=0)
+    self.evaluate = jax.jit(self._evaluate)
+
+  # ---------------------------------------------------------------- state
+  def init(self, seed: int = 0, availability_seed: int | None = None) -> RoundState:
+    """The state before round 0: fresh model, optimizer and component states.
+
+    Args:
+      seed: model/training seed (init, selection and local batch order).
+      availability_seed: the separate seed of availability draws (defaults to ``seed``),
+        so every method in a comparison sees the same active clients each round.
+    """
+    key = jax.random.key(seed)
+    akey = jax.random.key(seed if availability_seed is None else availability_seed)
+    k_model, k_sel = jax.random.split(key)
+    params = self.model.init(k_model)
+    n = self.num_clients
+    d = self._projection.shape[1]
+    e = self._embedding_dim
+    return RoundState(
+        params=params,
+        server_opt_state=self.server_opt.init(params),
+        availability_state=self.availability.init(akey, self.info),
+        selection_state=self.selection.init(k_sel, self.info),
+        aggregation_state=self.aggregator.init(params, self.info),
+        client_state=self.client_update.init(params, n),
+        key=jax.random.fold_in(key, 1),
+        availability_key=jax.random.fold_in(akey, 2),
+        round=jnp.zeros((), jnp.int32),
+        sampling_counts=jnp.zeros((n,), jnp.int32),
+        update_sketch=jnp.zeros((n, d), jnp.float32),
+        embeddings=jnp.zeros((n, e), jnp.float32),
+        seen=jnp.zeros((n,), bool),
+        useful_steps=jnp.zeros((), jnp.float32),
+        executed_steps=jnp.zeros((), jnp.float32),
+        nonfinite_updates=jnp.zeros((), jnp.int32),
+        empty_rounds=jnp.zeros((), jnp.int32),
+        skipped_updates=jnp.zeros((), jnp.int32),
+    )
+
+  # ---------------------------------------------------------------- pieces
+  def _client_losses(self, params, ids):
+    """Global model's mean loss on up to ``loss_examples`` of each listed client."""
+    num = self.config.loss_examples
+    n = self._counts[ids]
+    j = jnp.arange(num)
+    idx = self._offsets[ids][:, None] + jnp.minimum(j[None], jnp.maximum(n[:, None] - 1, 0))
+    mask = (j[None] < n[:, None]).astype(jnp.float32)
+    logits = jax.vmap(self.model.apply, in_axes=(None, 0))(params, self.train_x[idx])
+    loss = optax.softmax_cross_entropy_with_integer_labels(logits, self.train_y[idx])
+    return jnp.sum(loss * mask, -1) / jnp.maximum(jnp.sum(mask, -1), 1.0)
+
+  def _eval_value(self, params):
+    return self.global_eval(params)[1]
+
+  def context(self, state: RoundState, probs) -> SelectionContext:
+    return SelectionContext(
+        params=state.params,
+        client_losses=functools.partial(self._client_losses, state.params),
+        update_sketch=state.update_sketch,
+        embeddings=state.embeddings,
+        seen=state.seen,
+        avail_probs=probs,
+        num_examples=self.info.num_examples,
+        eval_value=self._eval_value,
+        round=state.round,
+    )
+
+  def client_lr(self, t):
+    return self.config.client_lr * jnp.power(self.config.lr_decay, t.astype(jnp.float32))
+
+  # ---------------------------------------------------------------- one round
+  def _round_step(self, state: RoundState) -> tuple[RoundState, dict]:
+    t = state.round
+    key_t = jax.random.fold_in(state.key, t)
+    k_sel, k_train = jax.random.split(key_t)
+    avail_key_t = jax.random.fold_in(state.availability_key, t)
+    probs = self.availability.probs(state.availability_state, t)
+    avail, availability_state = self.availability.sample(
+        state.availability_state, avail_key_t, t
+    )
+    ctx = self.context(state, probs)
+    selection, selection_state = self.selection.select(
+        state.selection_state, k_sel, avail, t, ctx
+    )
+    valid = selection.valid
+    lr = self.client_lr(t)
+    aux = self.client_update.prepare(state.client_state, selection.cohort)
+    result = self.trainer(state.params, selection.cohort, valid, k_train, lr, aux)
+
+    # Non-finite client updates are masked out of everything downstream and counted.
+    finite = valid & _all_finite_per_slot(result.deltas) & jnp.isfinite(result.loss)
+    deltas = _mask_slots(result.deltas, finite)
+    used = Selection(selection.cohort, finite, jnp.where(finite, selection.weights, 0.0))
+    agg_aux = AggregationAux(avail_probs=probs, num_examples=self._num_examples_f, finite=finite)
+    update, aggregation_state = self.aggregator.apply(
+        state.aggregation_state, deltas, used, avail, t, aux=agg_aux
+    )
+    update_ok = _tree_all_finite(update)
+    neg = jax.tree_util.tree_map(lambda u: -jnp.where(update_ok, u, 0.0), update)
+    server_updates, server_opt_state = self.server_opt.update(
+        neg, state.server_opt_state, state.params
+    )
+    new_params = optax.apply_updates(state.params, server_updates)
+    params = jax.tree_util.tree_map(
+        lambda new, old: jnp.where(update_ok, new, old), new_params, state.params
+    )
+    server_opt_state = jax.tree_util.tree_map(
+        lambda new, old: jnp.where(update_ok, new, old), server_opt_state, state.server_opt_state
+    )
+    client_state = self.client_update.finish(
+        state.client_state, selection.cohort, finite, deltas, aux, result.num_steps, lr
+    )
+    if self.selection.observe is not None:
+      selection_state = self.selection.observe(selection_state, used, deltas, result.loss, ctx)
+    update_sketch, embeddings, seen = self._remember(state, used, deltas)
+
+    n = self.num_clients
+    target = jnp.where(valid, selection.cohort, n)
+    counts = state.sampling_counts.at[target].add(1, mode="drop")
+    num_trained = jnp.sum(finite)
+    train_loss = jnp.sum(jnp.where(finite, result.loss, 0.0)) / jnp.maximum(num_trained, 1)
+    useful = jnp.sum(result.num_steps).astype(jnp.float32)
+    new_state = state.replace(
+        params=params,
+        server_opt_state=server_opt_state,
+        availability_state=availability_state,
+        selection_state=selection_state,
+        aggregation_state=aggregation_state,
+        client_state=client_state,
+        round=t + 1,
+        sampling_counts=counts,
+        update_sketch=update_sketch,
+        embeddings=embeddings,
+        seen=seen,
+        useful_steps=state.useful_steps + useful,
+        executed_steps=state.executed_steps + result.padded_steps,
+        nonfinite_updates=state.nonfinite_updates + jnp.sum(valid & ~finite),
+        empty_rounds=state.empty_rounds + (num_trained == 0),
+        skipped_updates=state.skipped_updates + (~update_ok),
+    )
+    metrics = {
+        "train_loss": train_loss,
+        "num_available": jnp.sum(avail),
+        "num_selected": jnp.sum(valid),
+        "num_nonfinite": jnp.sum(valid & ~finite),
+        "client_lr": lr,
+    }
+    return new_state, metrics
+
+  def _remember(self, state, used: Selection, deltas):
+    if not self.selection.uses_updates:
+      return state.update_sketch, state.embeddings, state.seen
+    n = self.num_clients
+    target = jnp.where(used.valid, used.cohort, n)
+    flat = sketch_lib.flatten_stacked(deltas)
+    sk = sketch_lib.sketch(flat, self._projection)
+    local_params = jax.tree_util.tree_map(lambda g, d: g[None] + d, state.params, deltas)
+    emb = jax.vmap(
+        lambda p: jax.nn.softmax(self.model.apply(p, self._noise), -1).reshape(-1)
+    )(local_params)
+    return (
+        state.update_sketch.at[target].set(sk, mode="drop"),
+        state.embeddings.at[target].set(emb, mode="drop"),
+        state.seen.at[target].set(True, mode="drop"),
+    )
+
+  def _run_rounds(self, state: RoundState, num_rounds: int):
+    def body(s, _):
+      return self._round_step(s)
+
+    return jax.lax.scan(body, state, None, length=num_rounds)
+
+  # ---------------------------------------------------------------- evaluation
+  def _evaluate(self, state: RoundState) -> dict:
+    test_loss, test_acc = self.global_eval(state.params)
+    _, acc_k, has = self.client_eval(state.params)
+    out = {"test_loss": test_loss, "test_accuracy": test_acc}
+    out.update(evaluation.accuracy_distribution(acc_k, has))
+    counts = state.sampling_counts.astype(jnp.float32)
+    out["sampling_count_mean"] = jnp.mean(counts)
+    out["sampling_count_var"] = jnp.var(counts)
+    out["useful_step_fraction"] = state.useful_steps / jnp.maximum(state.executed_steps, 1.0)
+    out["nonfinite_updates"] = state.nonfinite_updates
+    out["empty_rounds"] = state.empty_rounds
+    return out
+
+
+def _all_finite_per_slot(deltas) -> jax.Array:
+  leaves = jax.tree_util.tree_leaves(deltas)
+  m = leaves[0].shape[0]
+  ok = jnp.ones((m,), bool)
+  for leaf in leaves:
+    ok &= jnp.all(jnp.isfinite(leaf.reshape(m, -1)), axis=1)
+  return ok
+
+
+def _mask_slots(deltas, keep):
+  return jax.tree_util.tree_map(
+      lambda d: jnp.where(keep.reshape((-1,) + (1,) * (d.ndim - 1)), d, 0.0), deltas
+  )
+
+
+def _tree_all_finite(tree) -> jax.Array:
+  return jnp.all(jnp.array([jnp.all(jnp.isfinite(x)) for x in jax.tree_util.tree_leaves(tree)]))
+
+
+def to_host(metrics: dict) -> dict:
+  """Converts a dict of device scalars/arrays to Python floats/lists."""
+  out = {}
+  for k, v in metrics.items():
+    a = np.asarray(v)
+    out[k] = a.item() if a.ndim == 0 else a.tolist()
+  return out

@@ -1,0 +1,128 @@
+"""The federated dataset: one flat example array per split plus per-client slices.
+
+A client's examples are ``x[offsets[k] : offsets[k] + counts[k]]``; there is never a
+padded ``[N, n_max, ...]`` copy. Batches are gathered by index inside jit.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax.numpy as jnp
+import numpy as np
+
+from fedjax_sel.core.types import ClientInfo
+
+
+class ClientSplit(NamedTuple):
+  """One split (train or test) of a federated dataset.
+
+  Attributes:
+    x: f32[n_total, ...] all clients' examples, client after client.
+    y: i32[n_total] labels.
+    offsets: i32[N] index of each client's first example.
+    counts: i32[N] number of examples of each client.
+  """
+
+  x: np.ndarray
+  y: np.ndarray
+  offsets: np.ndarray
+  counts: np.ndarray
+
+  @property
+  def num_clients(self) -> int:
+    return int(self.counts.shape[0])
+
+  def client(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+    o, c = int(self.offsets[k]), int(self.counts[k])
+    return self.x[o : o + c], self.y[o : o + c]
+
+
+class FederatedData(NamedTuple):
+  """Train and test examples per client, and a global test set.
+
+  Attributes:
+    train: the clients' training examples.
+    test: the clients' local test examples (for per-client accuracy distributions).
+    test_x, test_y: the global test set (the server's validation set).
+    num_classes: number of classes C.
+    name: a short description, e.g. ``synthetic(0.5,0.5)``.
+    extras: optional dataset-specific facts (e.g. the true per-client models of
+      Synthetic, the group of each client of a clustered partition).
+  """
+
+  train: ClientSplit
+  test: ClientSplit
+  test_x: np.ndarray
+  test_y: np.ndarray
+  num_classes: int
+  name: str = ""
+  extras: dict | None = None
+
+  @property
+  def num_clients(self) -> int:
+    return self.train.num_clients
+
+  @property
+  def input_shape(self) -> tuple[int, ...]:
+    return tuple(self.train.x.shape[1:])
+
+  def client_info(self) -> ClientInfo:
+    """ClientInfo(num_examples i32[N], label_counts i32[N, C]) of the training split."""
+    return ClientInfo(
+        num_examples=jnp.asarray(self.train.counts, jnp.int32),
+        label_counts=jnp.asarray(label_counts(self.train, self.num_classes), jnp.int32),
+    )
+
+
+def label_counts(split: ClientSplit, num_classes: int) -> np.ndarray:
+  """i32[N, C]: examples of each class held by each client."""
+  client_of = np.repeat(np.arange(split.num_clients), split.counts)
+  out = np.zeros((split.num_clients, num_classes), np.int64)
+  np.add.at(out, (client_of, split.y.astype(np.int64)), 1)
+  return out.astype(np.int32)
+
+
+def split_from_lists(xs: list[np.ndarray], ys: list[np.ndarray]) -> ClientSplit:
+  """Builds a ClientSplit from per-client arrays (may be empty)."""
+  counts = np.array([len(y) for y in ys], np.int32)
+  offsets = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int32)
+  x = np.concatenate(xs, axis=0).astype(np.float32)
+  y = np.concatenate(ys, axis=0).astype(np.int32)
+  return ClientSplit(x=x, y=y, offsets=offsets, counts=counts)
+
+
+def split_from_indices(
+    x: np.ndarray, y: np.ndarray, client_indices: list[np.ndarray]
+) -> ClientSplit:
+  """Builds a ClientSplit by gathering ``x[idx], y[idx]`` for each client's indices."""
+  order = np.concatenate([np.asarray(i, np.int64) for i in client_indices])
+  counts = np.array([len(i) for i in client_indices], np.int32)
+  offsets = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int32)
+  return ClientSplit(
+      x=np.asarray(x[order], np.float32),
+      y=np.asarray(y[order], np.int32),
+      offsets=offsets,
+      counts=counts,
+  )
+
+
+def train_test_per_client(
+    split: ClientSplit, test_fraction: float, rng: np.random.Generator
+) -> tuple[ClientSplit, ClientSplit]:
+  """Splits every client's examples into local train and test parts (shuffled)."""
+  tr_x, tr_y, te_x, te_y = [], [], [], []
+  for k in range(split.num_clients):
+    xk, yk = split.client(k)
+    perm = rng.permutation(len(yk))
+    n_test = int(round(len(yk) * test_fraction))
+    if len(yk) > 1:
+      n_test = min(max(n_test, 1), len(yk) - 1)
+    else:
+      n_test = 0
+    te, tr = perm[:n_test], perm[n_test:]
+    tr_x.append(xk[tr])
+    tr_y.append(yk[tr])
+    te_x.append(xk[te])
+    te_y.append(yk[te])
+  return split_from_lists(tr_x, tr_y), split_from_lists(te_x, te_y)
