@@ -173,8 +173,8 @@ class Simulation:
     self._num_examples_f = jnp.asarray(train.counts, jnp.float32)
     # The sketch projection and the noise inputs of functional embeddings are fixed
     # (seed 0 of their own), independent of the run's seed: the same for every method.
-    k_proj, k_noise = jax.random.split(jax.random.key(config.sketch_seed))
-    shapes = jax.eval_shape(model.init, jax.random.key(0))
+    k_proj, k_noise = jax.random.split(jax.random.PRNGKey(config.sketch_seed))
+    shapes = jax.eval_shape(model.init, jax.random.PRNGKey(0))
     p = sum(int(np.prod(s.shape)) for s in jax.tree_util.tree_leaves(shapes))
     uses = selection.uses_updates
     d = min(config.sketch_dim, p) if uses else 0
@@ -198,8 +198,9 @@ class Simulation:
       availability_seed: the separate seed of availability draws (defaults to ``seed``),
         so every method in a comparison sees the same active clients each round.
     """
-    key = jax.random.key(seed)
-    akey = jax.random.key(seed if availability_seed is None else availability_seed)
+    # Raw uint32[2] keys keep the state a plain array pytree (easy to checkpoint).
+    key = jax.random.PRNGKey(seed)
+    akey = jax.random.PRNGKey(seed if availability_seed is None else availability_seed)
     k_model, k_sel = jax.random.split(key)
     params = self.model.init(k_model)
     n = self.num_clients

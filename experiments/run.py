@@ -1,0 +1,215 @@
+r"""Runs one federated experiment: any dataset x model x availability x selection x aggregator.
+
+  python -m experiments.run --rounds=100 --output_dir=runs/quickstart
+  python -m experiments.run --selection=fedgs --selection_alpha=1 --availability=ln \
+      --availability_beta=0.5 --output_dir=runs/fedgs_ln
+  python -m experiments.run --config=experiments/configs/fedgs_synthetic.py \
+      --config.rounds=50 --output_dir=runs/cfg
+
+Every config field is a flag; flags given on the command line win over ``--config``.
+Component hyper-parameters are ``--<part>_<name>`` (e.g. ``--availability_beta``); only the
+chosen component's own hyper-parameters may be set. Writes config.json, metrics.jsonl,
+summary.json, curves.png and checkpoints/ to --output_dir. Exit code 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+from fedjax_sel import experiment
+from fedjax_sel.metrics import results
+
+HELP = {
+    "dataset": "dataset name: synthetic (built-in, offline), digits, mnist, fashion_mnist, "
+    "cifar10, emnist",
+    "partition": "how examples are split over clients: natural (Synthetic), iid, dirichlet, "
+    "shards, lognormal, size_groups, clustered ('' = natural/iid)",
+    "model": "model name: logreg, mlp, cnn_mnist, cnn_cifar",
+    "num_clients": "N, number of clients",
+    "clients_per_round": "M, cohort slots per round (1..N)",
+    "examples_per_client": "give every client exactly this many training examples (0 = the "
+    "dataset's or partition's own sizes)",
+    "rounds": "communication rounds to run",
+    "eval_every": "evaluate (and write a metrics line) every this many rounds",
+    "local_steps": "K local SGD steps per client (wins over --local_epochs; 0 = use epochs)",
+    "local_epochs": "E passes over the client's data (when --local_steps is 0)",
+    "batch_size": "B, local minibatch size",
+    "client_lr": "client learning rate (> 0)",
+    "lr_decay": "client lr at round t = client_lr * lr_decay**t, in (0, 1]",
+    "client_optimizer": "sgd or momentum",
+    "server_lr": "server learning rate (> 0); FedAvg is sgd with 1.0",
+    "server_optimizer": "sgd (FedAvg), momentum, adam (FedAdam), yogi (FedYogi), adagrad",
+    "availability": "client availability model (registry name)",
+    "selection": "client selection strategy (registry name)",
+    "aggregator": "aggregation rule (registry name)",
+    "client_update": "local update rule: sgd, fedprox, scaffold",
+    "seed": "model/training seed",
+    "availability_seed": "separate seed of availability draws (-1 = same as --seed)",
+    "data_seed": "seed of the data generator / partition",
+    "synthetic_alpha": "Synthetic(alpha, beta): model heterogeneity (>= 0)",
+    "synthetic_beta": "Synthetic(alpha, beta): input heterogeneity (>= 0)",
+    "partition_alpha": "Dirichlet concentration of the dirichlet partition (> 0)",
+    "labels_per_client": "labels per client of the shards partition",
+    "num_groups": "groups of the clustered partition",
+    "test_fraction": "share of each client's examples kept as its local test set",
+    "data_dir": "TFDS data_dir holding prepared datasets (no download happens)",
+    "parallelism": "how the cohort trains: auto, vmap, map, chunked",
+    "chunk_size": "clients per chunk for --parallelism=chunked (0 = 8)",
+    "sketch_dim": "dimension of the random projection of client updates for similarity",
+    "checkpoint_every": "rounds between checkpoints (0 = at every evaluation)",
+    "output_dir": "folder for config.json, metrics.jsonl, summary.json, plots, checkpoints",
+    "resume": "continue from the newest checkpoint in --output_dir",
+}
+
+_DEFAULTS = experiment.default_config()
+_FLAG_NAMES = []
+for _name, _value in _DEFAULTS.items():
+  if _name.endswith("_hparams"):
+    continue
+  _help = HELP.get(_name, _name)
+  if isinstance(_value, bool):
+    flags.DEFINE_bool(_name, _value, _help)
+  elif isinstance(_value, int):
+    flags.DEFINE_integer(_name, _value, _help)
+  elif isinstance(_value, float):
+    flags.DEFINE_float(_name, _value, _help)
+  else:
+    flags.DEFINE_string(_name, _value, _help)
+  _FLAG_NAMES.append(_name)
+
+_HPARAM_FLAGS: dict[str, tuple[str, str]] = {}
+for _part, _module in experiment.PARTS.items():
+  _owners: dict[str, list[str]] = {}
+  for _comp in _module.names():
+    for _hp in _module.REGISTRY.hparams(_comp):
+      if _hp != "num_selected":
+        _owners.setdefault(_hp, []).append(_comp)
+  for _hp, _comps in sorted(_owners.items()):
+    _flag = f"{_part}_{_hp}"
+    if _flag in _FLAG_NAMES or _flag in _HPARAM_FLAGS:
+      continue
+    flags.DEFINE_string(
+        _flag, None, f"hyper-parameter {_hp!r} of {_part} {', '.join(_comps)} (Python literal)"
+    )
+    _HPARAM_FLAGS[_flag] = (_part, _hp)
+
+flags.DEFINE_bool("quick", False, "a few rounds only (smoke test)")
+flags.DEFINE_bool("progress", True, "show a progress bar")
+_CONFIG = config_flags.DEFINE_config_file("config", None, "an ml_collections config file")
+FLAGS = flags.FLAGS
+
+
+def _literal(text: str):
+  try:
+    return ast.literal_eval(text)
+  except (ValueError, SyntaxError):
+    return text
+
+
+def resolve_config():
+  """Defaults <- --config file <- flags given on the command line."""
+  config = experiment.default_config()
+  if _CONFIG.value is not None:
+    given = _CONFIG.value
+    unknown = sorted(set(given.keys()) - set(config.keys()))
+    if unknown:
+      raise ValueError(f"unknown config field(s) {unknown}; known: {sorted(config.keys())}")
+    config.update(given)
+  for name in _FLAG_NAMES:
+    if FLAGS[name].present:
+      config[name] = FLAGS[name].value
+  for flag, (part, hp) in _HPARAM_FLAGS.items():
+    if FLAGS[flag].present:
+      config[part + "_hparams"][hp] = _literal(FLAGS[flag].value)
+  for part, module in experiment.PARTS.items():
+    if config[part] not in module.names():
+      continue  # validate_config names it
+    allowed = set(module.REGISTRY.hparams(config[part])) - {"num_selected"}
+    bad = sorted(set(config[part + "_hparams"].keys()) - allowed)
+    if bad:
+      raise ValueError(
+          f"hyper-parameter(s) {bad} do not belong to {part} {config[part]!r}; "
+          f"its hyper-parameters: {sorted(allowed) or 'none'}"
+      )
+  if FLAGS.quick:
+    config.rounds = min(config.rounds, 20)
+    config.eval_every = min(config.eval_every, 5)
+  if not config.output_dir:
+    config.output_dir = "runs/latest"
+  return config
+
+
+def _progress_bar(total):
+  try:
+    from tqdm import tqdm
+  except ImportError:  # pragma: no cover
+    return None
+  bar = tqdm(total=total, unit="round", file=sys.stderr, disable=not FLAGS.progress)
+
+  def update(done, total_, record):
+    bar.n = done
+    bar.set_postfix(loss=f"{record['test_loss']:.4f}", acc=f"{record['test_accuracy']:.3f}")
+    bar.refresh()
+
+  update.close = bar.close
+  return update
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  try:
+    config = resolve_config()
+    experiment.validate_config(config)
+  except ValueError as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
+  bar = _progress_bar(config.rounds)
+  try:
+    summary = experiment.run(config, progress=bar)
+  except experiment.Interrupted as e:
+    print(f"\n{e}; checkpoint and results are in {config.output_dir} (use --resume)",
+          file=sys.stderr)
+    sys.exit(128 + e.signum)
+  except (ValueError, FileNotFoundError) as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
+  finally:
+    if bar is not None:
+      bar.close()
+  history = results.read_jsonl(f"{config.output_dir}/metrics.jsonl")
+  step = max(1, len(history) // 10)
+  rows = [
+      [r["round"], r["test_loss"], 100 * r["test_accuracy"], r["train_loss"]]
+      for r in history[::step] + ([history[-1]] if (len(history) - 1) % step else [])
+  ]
+  print(results.markdown_table(
+      ["round", "test loss", "test acc (%)", "train loss"],
+      rows,
+      f"{config.dataset} / {config.model}: {config.selection} selection, {config.availability} "
+      f"availability, {config.aggregator} aggregation",
+  ))
+  print(
+      f"final test loss {summary['final_test_loss']:.4f}, best {summary['best_test_loss']:.4f}, "
+      f"final accuracy {100 * summary['final_test_accuracy']:.2f} %, "
+      f"{1000 * summary['seconds_per_round']:.1f} ms/round, useful-step fraction "
+      f"{summary['useful_step_fraction']:.3f}"
+  )
+  print(f"results: {config.output_dir}/ (metrics.jsonl, summary.json, curves.png)")
+  logging.info("done")
+
+
+def _parse_flags(argv):
+  try:
+    return FLAGS(argv)
+  except flags.Error as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
+
+
+if __name__ == "__main__":
+  app.run(main, flags_parser=_parse_flags)
