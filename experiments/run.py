@@ -152,7 +152,9 @@ def _progress_bar(total):
 
   def update(done, total_, record):
     bar.n = done
-    bar.set_postfix(loss=f"{record['test_loss']:.4f}", acc=f"{record['test_accuracy']:.3f}")
+    bar.set_postfix(
+        loss=f"{record['test_loss']:.4f}", acc=f"{record['test_accuracy']:.3f}", refresh=False
+    )
     bar.refresh()
 
   update.close = bar.close

@@ -14,12 +14,7 @@ from fedjax_sel.data.federated import (
   split_from_lists,
   train_test_per_client,
 )
-try:  # TODO(lead): plain import once loaders.py lands
-  from fedjax_sel.data.loaders import DATASETS, DatasetNotFoundError, load
-except ModuleNotFoundError:  # pragma: no cover
-  DATASETS = ("synthetic",)
-  DatasetNotFoundError = ValueError
-  load = None
+from fedjax_sel.data.loaders import DATASETS, DatasetNotFoundError, load
 from fedjax_sel.data.partitions import (
   CLUSTERED_SAMPLING_GROUPS,
   PARTITIONS,

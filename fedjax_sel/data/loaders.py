@@ -1,0 +1,244 @@
+"""``load(dataset, num_clients, partition, ...)``: one entry point for every dataset.
+
+- ``synthetic``: FedProx Synthetic(alpha, beta) with its natural per-client split
+  (``partition`` must be None or ``"natural"``; hparams ``alpha``, ``beta``, ``iid``).
+- ``digits`` (scikit-learn, offline) and the TFDS datasets ``mnist``, ``fashion_mnist``,
+  ``cifar10``, ``emnist`` (read from ``data_dir``): the dataset's train split is the pool,
+  partitioned among the clients by ``partition`` (``fedjax_sel.data.partitions``; default
+  ``"iid"``); each client's part is split into local train and test parts; the dataset's
+  test split is the global test set.
+
+Local split: a client holding n examples keeps ``n_test = round(n * test_fraction)`` of
+them (at least 1 and at most n - 1 when n >= 2 and test_fraction > 0) as its local test
+set. ``examples_per_client = E`` caps every client at exactly E training examples and
+``round(E * f / (1 - f))`` local test examples (f = test_fraction), so a client with
+enough data has train/test in ratio (1 - f) : f; smaller clients keep what they have.
+Partition sizes (``sizes=``, ``size_groups``, ``lognormal``) count train + local test:
+Fraboni et al.'s "100..1000 training samples and a fifth of that for testing" is
+``sizes`` = 1.2 x the groups with ``test_fraction = 1/6``.
+
+References: Fraboni et al. 2021 Sec. 6; FedGS (Wang et al. 2023) Sec. 5; FL-FDMS Sec. 6.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from fedjax_sel.data.federated import FederatedData, split_from_indices
+from fedjax_sel.data.partitions import PARTITIONS, make_partition
+
+DATASETS = ("synthetic", "digits", "mnist", "fashion_mnist", "cifar10", "emnist")
+TFDS_NAMES = ("mnist", "fashion_mnist", "cifar10", "emnist")
+SYNTHETIC_HPARAMS = ("alpha", "beta", "iid")
+DEFAULT_TEST_FRACTION = 0.2
+
+
+class DatasetNotFoundError(ValueError):
+  """A dataset (or the package that reads it) is not available locally."""
+
+
+def _check_int(name: str, value: Any, low: int) -> int:
+  if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+    raise ValueError(f"{name}={value!r} is out of range; allowed: integers >= {low}")
+  return int(value)
+
+
+def _check_fraction(test_fraction: Any) -> float:
+  try:
+    f = float(test_fraction)
+  except (TypeError, ValueError):
+    raise ValueError(f"test_fraction={test_fraction!r} is not a number") from None
+  if not 0.0 <= f < 1.0:
+    raise ValueError(f"test_fraction={test_fraction!r} is out of range; allowed: [0, 1)")
+  return f
+
+
+def num_local_test(n: int, test_fraction: float) -> int:
+  """Local test examples of a client holding n examples (see the module docstring)."""
+  if test_fraction <= 0.0 or n < 2:
+    return 0
+  return min(max(int(round(n * test_fraction)), 1), n - 1)
+
+
+def federate(
+  x: np.ndarray,
+  y: np.ndarray,
+  test_x: np.ndarray,
+  test_y: np.ndarray,
+  num_classes: int,
+  num_clients: int,
+  partition: str = "iid",
+  *,
+  seed: int = 0,
+  examples_per_client: int | None = None,
+  test_fraction: float = DEFAULT_TEST_FRACTION,
+  name: str = "",
+  **hparams: Any,
+) -> FederatedData:
+  """Partitions a centralized pool into a FederatedData (used by ``load``).
+
+  Args:
+    x: f32[n, ...] pool examples; y: i32[n] pool labels.
+    test_x: f32[n_test, ...], test_y: i32[n_test]: the global test set.
+    num_classes: C.
+    num_clients: N, 1 <= N <= n.
+    partition: a name in ``PARTITIONS``.
+    seed: seed of the partition and of the local train/test split.
+    examples_per_client: cap E on training examples per client (>= 1) or None.
+    test_fraction: share f in [0, 1) of each client's examples kept as local test set.
+    name: description stored in the result.
+    **hparams: the partition's hyper-parameters (see ``partitions.make_partition``).
+
+  Returns:
+    FederatedData; ``extras`` holds ``partition``, ``hparams`` and, for ``clustered``,
+    ``groups`` (i32[N], each client's cluster).
+  """
+  num_clients = _check_int("num_clients", num_clients, 1)
+  test_fraction = _check_fraction(test_fraction)
+  if examples_per_client is not None:
+    examples_per_client = _check_int("examples_per_client", examples_per_client, 1)
+  rng = np.random.default_rng(seed)
+  part = make_partition(partition, y, num_clients, rng, **hparams)
+  cap_test = None
+  if examples_per_client is not None:
+    f = test_fraction
+    cap_test = int(round(examples_per_client * f / (1.0 - f))) if f > 0 else 0
+  train_idx, test_idx = [], []
+  for idx in part.indices:
+    idx = rng.permutation(idx)
+    n = len(idx)
+    if cap_test is not None and n >= examples_per_client + cap_test:
+      n_test, n_train = cap_test, examples_per_client
+    else:
+      n_test = num_local_test(n, test_fraction)
+      n_train = n - n_test
+      if examples_per_client is not None:
+        n_train = min(n_train, examples_per_client)
+    test_idx.append(idx[:n_test])
+    train_idx.append(idx[n_test : n_test + n_train])
+  extras: dict[str, Any] = {"partition": partition, "hparams": dict(hparams)}
+  if part.groups is not None:
+    extras["groups"] = part.groups
+  return FederatedData(
+    train=split_from_indices(x, y, train_idx),
+    test=split_from_indices(x, y, test_idx),
+    test_x=np.asarray(test_x, np.float32),
+    test_y=np.asarray(test_y, np.int32),
+    num_classes=int(num_classes),
+    name=name,
+    extras=extras,
+  )
+
+
+def _describe(dataset: str, partition: str, hparams: dict[str, Any]) -> str:
+  shown = {k: v for k, v in hparams.items() if isinstance(v, (int, float, str))}
+  args = ",".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in shown.items())
+  return f"{dataset}/{partition}" + (f"({args})" if args else "")
+
+
+def load(
+  dataset: str,
+  num_clients: int,
+  partition: str | None = None,
+  *,
+  seed: int = 0,
+  data_dir: str | None = None,
+  examples_per_client: int | None = None,
+  test_fraction: float | None = None,
+  **hparams: Any,
+) -> FederatedData:
+  """Loads a federated dataset by name.
+
+  Args:
+    dataset: one of ``DATASETS``.
+    num_clients: N >= 1 (for real datasets at most the pool size).
+    partition: for real datasets a name in ``PARTITIONS`` (None means ``"iid"``); for
+      ``synthetic`` None or ``"natural"``.
+    seed: seed of the generator / partition / local split.
+    data_dir: the TFDS data directory (TFDS datasets only; must exist; None = TFDS's
+      default). Ignored by ``synthetic`` and ``digits``.
+    examples_per_client: give every client exactly this many training examples when it has
+      enough (see the module docstring); None keeps the partition's sizes.
+    test_fraction: each client's local test share in [0, 1); None means 0.2 for real
+      datasets and the generator's own 0.1 for ``synthetic``.
+    **hparams: ``synthetic``: alpha, beta, iid; otherwise the partition's
+      hyper-parameters (e.g. ``alpha`` for dirichlet, ``labels_per_client`` for shards).
+
+  Returns:
+    FederatedData.
+
+  Raises:
+    ValueError: a bad argument (the message names it and the allowed values).
+    DatasetNotFoundError: the data (or the package reading it) is missing.
+  """
+  if not isinstance(dataset, str) or dataset not in DATASETS:
+    raise ValueError(f"unknown dataset {dataset!r}; allowed: {', '.join(DATASETS)}")
+  num_clients = _check_int("num_clients", num_clients, 1)
+  seed = _check_int("seed", seed, 0)
+  if examples_per_client is not None:
+    examples_per_client = _check_int("examples_per_client", examples_per_client, 1)
+  if test_fraction is not None:
+    test_fraction = _check_fraction(test_fraction)
+  if dataset == "synthetic":
+    if partition not in (None, "natural"):
+      raise ValueError(
+        f"partition={partition!r} is not available for synthetic; allowed: None, 'natural' "
+        "(Synthetic has its own per-client split)"
+      )
+    unknown = sorted(set(hparams) - set(SYNTHETIC_HPARAMS))
+    if unknown:
+      raise ValueError(
+        f"unknown hyper-parameter(s) {unknown} for dataset 'synthetic'; "
+        f"allowed: {list(SYNTHETIC_HPARAMS)}"
+      )
+    from fedjax_sel.data.synthetic import synthetic
+
+    kwargs = dict(hparams)
+    if test_fraction is not None:
+      kwargs["test_fraction"] = test_fraction
+    return synthetic(
+      num_clients=num_clients, examples_per_client=examples_per_client, seed=seed, **kwargs
+    )
+  partition = "iid" if partition is None else partition
+  if partition not in PARTITIONS:
+    raise ValueError(
+      f"unknown partition {partition!r} for dataset {dataset!r}; allowed: {', '.join(PARTITIONS)}"
+    )
+  if dataset == "digits":
+    from fedjax_sel.data.digits import NUM_CLASSES, load_digits
+
+    (x, y), (tx, ty), num_classes = load_digits("train"), load_digits("test"), NUM_CLASSES
+  else:
+    from fedjax_sel.data import tfds_loaders
+
+    if data_dir is not None and not os.path.isdir(os.path.expanduser(str(data_dir))):
+      raise DatasetNotFoundError(
+        f"data_dir={data_dir!r} does not exist; it must hold TFDS data as "
+        f"<data_dir>/<name>/<version>, e.g. `tfds build {dataset} --data_dir={data_dir}` "
+        "on a machine with internet (`pip install fedjax_sel[tfds]`)"
+      )
+    x, y = tfds_loaders.load_tfds(dataset, data_dir, "train")
+    tx, ty = tfds_loaders.load_tfds(dataset, data_dir, "test")
+    num_classes = tfds_loaders.num_classes(dataset)
+  if num_clients > len(y):
+    raise ValueError(
+      f"num_clients={num_clients} is out of range for {dataset} ({len(y)} pool examples); "
+      f"allowed: [1, {len(y)}]"
+    )
+  return federate(
+    x,
+    y,
+    tx,
+    ty,
+    num_classes,
+    num_clients,
+    partition,
+    seed=seed,
+    examples_per_client=examples_per_client,
+    test_fraction=DEFAULT_TEST_FRACTION if test_fraction is None else test_fraction,
+    name=_describe(dataset, partition, hparams),
+    **hparams,
+  )
