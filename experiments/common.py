@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Callable
+from collections.abc import Callable
 
 import ml_collections
 import numpy as np
@@ -41,11 +41,11 @@ def parse_seeds(text: str) -> list[int]:
 
 
 def run_cell(
-    config: ml_collections.ConfigDict,
-    output_dir: str,
-    seeds: list[int],
-    dataset_fn: Callable[[ml_collections.ConfigDict], object] | None = None,
-    resume: bool = True,
+  config: ml_collections.ConfigDict,
+  output_dir: str,
+  seeds: list[int],
+  dataset_fn: Callable[[ml_collections.ConfigDict], object] | None = None,
+  resume: bool = True,
 ) -> list[tuple[dict, list[dict]]]:
   """Runs one cell for every seed; returns ``[(summary, metrics history)]`` per seed.
 

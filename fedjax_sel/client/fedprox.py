@@ -25,8 +25,8 @@ def make_fedprox(mu: float = 0.01) -> ClientUpdate:
 
     def prox_loss(p):
       sq = sum(
-          jnp.sum(jnp.square(a - b))
-          for a, b in zip(jax.tree_util.tree_leaves(p), jax.tree_util.tree_leaves(global_params))
+        jnp.sum(jnp.square(a - b))
+        for a, b in zip(jax.tree_util.tree_leaves(p), jax.tree_util.tree_leaves(global_params))
       )
       return loss_fn(p, batch) + 0.5 * mu * sq
 

@@ -32,14 +32,14 @@ def make_scaffold() -> ClientUpdate:
 
   def init(params, num_clients):
     zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
-    stacked = jax.tree_util.tree_map(
-        lambda p: jnp.zeros((num_clients, *p.shape), p.dtype), params
-    )
+    stacked = jax.tree_util.tree_map(lambda p: jnp.zeros((num_clients, *p.shape), p.dtype), params)
     return ScaffoldState(server_c=zeros, client_c=stacked)
 
   def prepare(state, cohort):
     # correction c - c_i for every slot, [M, ...]
-    return jax.tree_util.tree_map(lambda c, ci: c[None] - ci[cohort], state.server_c, state.client_c)
+    return jax.tree_util.tree_map(
+      lambda c, ci: c[None] - ci[cohort], state.server_c, state.client_c
+    )
 
   def grad(loss_fn, params, global_params, batch, aux):
     del global_params
@@ -59,11 +59,11 @@ def make_scaffold() -> ClientUpdate:
 
     new = jax.tree_util.tree_map(new_ci, state.client_c, aux, deltas)
     diff = jax.tree_util.tree_map(
-        lambda n, ci_all: jnp.sum(n - ci_all[cohort], axis=0), new, state.client_c
+      lambda n, ci_all: jnp.sum(n - ci_all[cohort], axis=0), new, state.client_c
     )
     target = jnp.where(valid & (num_steps > 0), cohort, num_clients)
     client_c = jax.tree_util.tree_map(
-        lambda ci_all, n: ci_all.at[target].set(n, mode="drop"), state.client_c, new
+      lambda ci_all, n: ci_all.at[target].set(n, mode="drop"), state.client_c, new
     )
     server_c = jax.tree_util.tree_map(lambda c, d: c + d / num_clients, state.server_c, diff)
     return ScaffoldState(server_c=server_c, client_c=client_c)

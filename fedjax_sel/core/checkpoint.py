@@ -71,8 +71,8 @@ def restore(output_dir: str, template, round_index: int | None = None):
     leaves, treedef = jax.tree_util.tree_flatten(template)
     if len(f.files) - 1 != len(leaves):
       raise ValueError(
-          f"checkpoint {path} has {len(f.files) - 1} arrays but this experiment's state has "
-          f"{len(leaves)}: it was written by a different configuration"
+        f"checkpoint {path} has {len(f.files) - 1} arrays but this experiment's state has "
+        f"{len(leaves)}: it was written by a different configuration"
       )
     restored = []
     for i, ref in enumerate(leaves):
@@ -80,8 +80,8 @@ def restore(output_dir: str, template, round_index: int | None = None):
       ref = np.asarray(ref)
       if arr.shape != ref.shape or arr.dtype != ref.dtype:
         raise ValueError(
-            f"checkpoint {path} leaf {i} is {arr.dtype}{list(arr.shape)} but the state "
-            f"expects {ref.dtype}{list(ref.shape)}: it was written by a different configuration"
+          f"checkpoint {path} leaf {i} is {arr.dtype}{list(arr.shape)} but the state "
+          f"expects {ref.dtype}{list(ref.shape)}: it was written by a different configuration"
         )
       restored.append(arr)
   return jax.tree_util.tree_unflatten(treedef, restored), extra

@@ -22,7 +22,8 @@ The engine reports the useful-step fraction: real steps / (steps run by the padd
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -152,16 +153,16 @@ def _shard_leading(tree, mesh):
 
 
 def make_cohort_trainer(
-    apply_fn: Callable,
-    client_update: ClientUpdate,
-    client_optimizer: Callable[[jax.Array], optax.GradientTransformation],
-    train_x: jax.Array,
-    train_y: jax.Array,
-    offsets: jax.Array,
-    counts: jax.Array,
-    cfg: EngineConfig,
-    num_selected: int,
-    conv: bool = False,
+  apply_fn: Callable,
+  client_update: ClientUpdate,
+  client_optimizer: Callable[[jax.Array], optax.GradientTransformation],
+  train_x: jax.Array,
+  train_y: jax.Array,
+  offsets: jax.Array,
+  counts: jax.Array,
+  cfg: EngineConfig,
+  num_selected: int,
+  conv: bool = False,
 ) -> Callable[..., CohortResult]:
   """Builds ``train(params, cohort, valid, key, lr, aux) -> CohortResult``.
 
@@ -235,7 +236,7 @@ def make_cohort_trainer(
       return params, opt_state, loss_sum + jnp.where(active, loss, 0.0)
 
     params, _, loss_sum = jax.lax.fori_loop(
-        0, num_iters, body, (global_params, opt_state, jnp.zeros((), jnp.float32))
+      0, num_iters, body, (global_params, opt_state, jnp.zeros((), jnp.float32))
     )
     delta = jax.tree_util.tree_map(jnp.subtract, params, global_params)
     return delta, loss_sum / jnp.maximum(steps, 1).astype(jnp.float32)
@@ -246,18 +247,16 @@ def make_cohort_trainer(
     pad = m_pad - num_selected
     cohort_p = jnp.pad(cohort, (0, pad))
     steps_p = jnp.pad(steps, (0, pad))
-    aux_p = jax.tree_util.tree_map(
-        lambda a: jnp.pad(a, [(0, pad)] + [(0, 0)] * (a.ndim - 1)), aux
-    )
+    aux_p = jax.tree_util.tree_map(lambda a: jnp.pad(a, [(0, pad)] + [(0, 0)] * (a.ndim - 1)), aux)
     slot = jnp.arange(m_pad)
     keys = jax.vmap(lambda i: jax.random.fold_in(key, i))(slot)
     order = jnp.argsort(-steps_p, stable=True) if (cfg.sort_by_steps and chunk < m_pad) else slot
     shape_chunks = lambda a: a[order].reshape((num_chunks, chunk) + a.shape[1:])
     xs = (
-        shape_chunks(cohort_p),
-        shape_chunks(steps_p),
-        shape_chunks(keys),
-        jax.tree_util.tree_map(shape_chunks, aux_p),
+      shape_chunks(cohort_p),
+      shape_chunks(steps_p),
+      shape_chunks(keys),
+      jax.tree_util.tree_map(shape_chunks, aux_p),
     )
 
     def run_chunk(args):
@@ -268,11 +267,11 @@ def make_cohort_trainer(
       xb = train_x[flat_idx]
       yb = train_y[flat_idx]
       xb, yb, mask, chunk_steps_s, chunk_aux = _shard_leading(
-          (xb, yb, mask, chunk_steps, chunk_aux), mesh
+        (xb, yb, mask, chunk_steps, chunk_aux), mesh
       )
       num_iters = jnp.max(chunk_steps)
       delta, loss = jax.vmap(train_one, in_axes=(None, 0, 0, 0, 0, 0, None, None))(
-          global_params, xb, yb, mask, chunk_steps_s, chunk_aux, lr, num_iters
+        global_params, xb, yb, mask, chunk_steps_s, chunk_aux, lr, num_iters
       )
       return delta, loss, num_iters * chunk
 
@@ -287,13 +286,13 @@ def make_cohort_trainer(
     deltas = jax.tree_util.tree_map(unchunk, delta_c)
     loss = unchunk(loss_c)
     deltas = jax.tree_util.tree_map(
-        lambda d: jnp.where(valid.reshape((-1,) + (1,) * (d.ndim - 1)), d, 0.0), deltas
+      lambda d: jnp.where(valid.reshape((-1,) + (1,) * (d.ndim - 1)), d, 0.0), deltas
     )
     return CohortResult(
-        deltas=deltas,
-        loss=jnp.where(valid, loss, 0.0),
-        num_steps=steps,
-        padded_steps=jnp.sum(padded).astype(jnp.float32),
+      deltas=deltas,
+      loss=jnp.where(valid, loss, 0.0),
+      num_steps=steps,
+      padded_steps=jnp.sum(padded).astype(jnp.float32),
     )
 
   @jax.jit
@@ -303,7 +302,7 @@ def make_cohort_trainer(
     idx, mask = batch_indices(key_i, n, steps)
     flat_idx = offsets[client_id] + idx
     return train_one(
-        global_params, train_x[flat_idx], train_y[flat_idx], mask, steps, aux_i, lr, steps
+      global_params, train_x[flat_idx], train_y[flat_idx], mask, steps, aux_i, lr, steps
     )
 
   def per_client_loop(global_params, cohort, valid, key, lr, aux) -> CohortResult:
@@ -321,10 +320,10 @@ def make_cohort_trainer(
       losses.append(loss)
     steps = jnp.where(valid, steps_all[jnp.asarray(cohort)], 0)
     return CohortResult(
-        deltas=jax.tree_util.tree_map(lambda *a: jnp.stack(a), *deltas),
-        loss=jnp.stack(losses),
-        num_steps=steps,
-        padded_steps=jnp.sum(steps).astype(jnp.float32),
+      deltas=jax.tree_util.tree_map(lambda *a: jnp.stack(a), *deltas),
+      loss=jnp.stack(losses),
+      num_steps=steps,
+      padded_steps=jnp.sum(steps).astype(jnp.float32),
     )
 
   train.chunk_size = chunk

@@ -9,7 +9,7 @@ client accuracies).
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -33,7 +33,7 @@ def _chunked_logits_stats(apply_fn, params, x, y, chunk):
     return loss, correct
 
   loss, correct = jax.lax.map(
-      one, (xp.reshape((num_chunks, chunk) + x.shape[1:]), yp.reshape(num_chunks, chunk))
+    one, (xp.reshape((num_chunks, chunk) + x.shape[1:]), yp.reshape(num_chunks, chunk))
   )
   return loss.reshape(-1)[:n], correct.reshape(-1)[:n]
 
@@ -96,8 +96,8 @@ def accuracy_distribution(acc: jax.Array, has_data: jax.Array) -> dict[str, jax.
   worst = jnp.sum(jnp.where(rank < tail, jnp.where(jnp.isfinite(asc), asc, 0.0), 0.0)) / tail
   best = jnp.sum(jnp.where(rank < tail, jnp.where(jnp.isfinite(desc), desc, 0.0), 0.0)) / tail
   return {
-      "client_acc_mean": mean,
-      "client_acc_var": var,
-      "client_acc_worst10": worst,
-      "client_acc_best10": best,
+    "client_acc_mean": mean,
+    "client_acc_var": var,
+    "client_acc_worst10": worst,
+    "client_acc_best10": best,
   }

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable, Generic, TypeVar
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
@@ -30,8 +31,7 @@ class Registry(Generic[T]):
   def constructor(self, name: str) -> Callable[..., T]:
     if not isinstance(name, str) or name not in self._constructors:
       raise ValueError(
-          f"unknown {self.kind} {name!r}; known {self.kind} names: "
-          + ", ".join(self.names())
+        f"unknown {self.kind} {name!r}; known {self.kind} names: " + ", ".join(self.names())
       )
     return self._constructors[name]
 
@@ -48,20 +48,20 @@ class Registry(Generic[T]):
       unknown = sorted(set(hparams) - set(sig.parameters))
       if unknown:
         raise ValueError(
-            f"unknown hyper-parameter(s) {unknown} for {self.kind} {name!r}; "
-            f"allowed: {sorted(sig.parameters)}"
+          f"unknown hyper-parameter(s) {unknown} for {self.kind} {name!r}; "
+          f"allowed: {sorted(sig.parameters)}"
         )
     return constructor(**hparams)
 
 
 def check_range(
-    name: str,
-    value: Any,
-    low: float | None = None,
-    high: float | None = None,
-    *,
-    low_inclusive: bool = True,
-    high_inclusive: bool = True,
+  name: str,
+  value: Any,
+  low: float | None = None,
+  high: float | None = None,
+  *,
+  low_inclusive: bool = True,
+  high_inclusive: bool = True,
 ) -> None:
   """Raises ValueError naming ``name`` when ``value`` lies outside [low, high]."""
   try:

@@ -16,7 +16,7 @@ checkpointing the experiment.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 import flax.struct
 import jax
@@ -28,13 +28,13 @@ from fedjax_sel.core import engine as engine_lib
 from fedjax_sel.core import evaluation
 from fedjax_sel.core.registry import check_range
 from fedjax_sel.core.types import (
-    AggregationAux,
-    Aggregator,
-    AvailabilityModel,
-    ClientUpdate,
-    Selection,
-    SelectionContext,
-    SelectionStrategy,
+  AggregationAux,
+  Aggregator,
+  AvailabilityModel,
+  ClientUpdate,
+  Selection,
+  SelectionContext,
+  SelectionStrategy,
 )
 from fedjax_sel.data.federated import FederatedData
 from fedjax_sel.models import Model
@@ -117,14 +117,14 @@ class Simulation:
   """
 
   def __init__(
-      self,
-      data: FederatedData,
-      model: Model,
-      availability: AvailabilityModel,
-      selection: SelectionStrategy,
-      aggregator: Aggregator,
-      client_update: ClientUpdate,
-      config: SimulationConfig = SimulationConfig(),
+    self,
+    data: FederatedData,
+    model: Model,
+    availability: AvailabilityModel,
+    selection: SelectionStrategy,
+    aggregator: Aggregator,
+    client_update: ClientUpdate,
+    config: SimulationConfig = SimulationConfig(),
   ):
     check_range("client_lr", config.client_lr, 0.0, low_inclusive=False)
     check_range("lr_decay", config.lr_decay, 0.0, 1.0, low_inclusive=False)
@@ -133,8 +133,8 @@ class Simulation:
     num_selected = int(selection.num_selected)
     if num_selected < 1 or num_selected > num_clients:
       raise ValueError(
-          f"clients_per_round={num_selected} is out of range; allowed: [1, {num_clients}] "
-          f"(num_clients={num_clients})"
+        f"clients_per_round={num_selected} is out of range; allowed: [1, {num_clients}] "
+        f"(num_clients={num_clients})"
       )
     self.data = data
     self.model = model
@@ -147,26 +147,26 @@ class Simulation:
     self.num_selected = num_selected
     self.info = data.client_info()
     self.server_opt = make_server_optimizer(
-        config.server_optimizer, config.server_lr, config.server_momentum
+      config.server_optimizer, config.server_lr, config.server_momentum
     )
     train = data.train
     self.train_x = jnp.asarray(train.x)
     self.train_y = jnp.asarray(train.y)
     self.trainer = engine_lib.make_cohort_trainer(
-        model.apply,
-        client_update,
-        make_client_optimizer(config.client_optimizer, config.client_momentum),
-        self.train_x,
-        self.train_y,
-        train.offsets,
-        train.counts,
-        config.engine,
-        num_selected,
-        conv=model.conv,
+      model.apply,
+      client_update,
+      make_client_optimizer(config.client_optimizer, config.client_momentum),
+      self.train_x,
+      self.train_y,
+      train.offsets,
+      train.counts,
+      config.engine,
+      num_selected,
+      conv=model.conv,
     )
     self.global_eval = evaluation.make_global_eval(model.apply, data.test_x, data.test_y)
     self.client_eval = evaluation.make_per_client_eval(
-        model.apply, data.test.x, data.test.y, data.test.counts
+      model.apply, data.test.x, data.test.y, data.test.counts
     )
     self._offsets = jnp.asarray(train.offsets, jnp.int32)
     self._counts = jnp.asarray(train.counts, jnp.int32)
@@ -179,10 +179,10 @@ class Simulation:
     uses = selection.uses_updates
     d = min(config.sketch_dim, p) if uses else 0
     self._projection = (
-        sketch_lib.make_projection(k_proj, p, d) if d else jnp.zeros((p, 0), jnp.float32)
+      sketch_lib.make_projection(k_proj, p, d) if d else jnp.zeros((p, 0), jnp.float32)
     )
     self._noise = jax.random.normal(
-        k_noise, (config.num_noise_inputs, *model.input_shape), jnp.float32
+      k_noise, (config.num_noise_inputs, *model.input_shape), jnp.float32
     )
     self._embedding_dim = config.num_noise_inputs * model.num_classes if uses else 0
     self.round_step = jax.jit(self._round_step)
@@ -207,24 +207,24 @@ class Simulation:
     d = self._projection.shape[1]
     e = self._embedding_dim
     return RoundState(
-        params=params,
-        server_opt_state=self.server_opt.init(params),
-        availability_state=self.availability.init(akey, self.info),
-        selection_state=self.selection.init(k_sel, self.info),
-        aggregation_state=self.aggregator.init(params, self.info),
-        client_state=self.client_update.init(params, n),
-        key=jax.random.fold_in(key, 1),
-        availability_key=jax.random.fold_in(akey, 2),
-        round=jnp.zeros((), jnp.int32),
-        sampling_counts=jnp.zeros((n,), jnp.int32),
-        update_sketch=jnp.zeros((n, d), jnp.float32),
-        embeddings=jnp.zeros((n, e), jnp.float32),
-        seen=jnp.zeros((n,), bool),
-        useful_steps=jnp.zeros((), jnp.float32),
-        executed_steps=jnp.zeros((), jnp.float32),
-        nonfinite_updates=jnp.zeros((), jnp.int32),
-        empty_rounds=jnp.zeros((), jnp.int32),
-        skipped_updates=jnp.zeros((), jnp.int32),
+      params=params,
+      server_opt_state=self.server_opt.init(params),
+      availability_state=self.availability.init(akey, self.info),
+      selection_state=self.selection.init(k_sel, self.info),
+      aggregation_state=self.aggregator.init(params, self.info),
+      client_state=self.client_update.init(params, n),
+      key=jax.random.fold_in(key, 1),
+      availability_key=jax.random.fold_in(akey, 2),
+      round=jnp.zeros((), jnp.int32),
+      sampling_counts=jnp.zeros((n,), jnp.int32),
+      update_sketch=jnp.zeros((n, d), jnp.float32),
+      embeddings=jnp.zeros((n, e), jnp.float32),
+      seen=jnp.zeros((n,), bool),
+      useful_steps=jnp.zeros((), jnp.float32),
+      executed_steps=jnp.zeros((), jnp.float32),
+      nonfinite_updates=jnp.zeros((), jnp.int32),
+      empty_rounds=jnp.zeros((), jnp.int32),
+      skipped_updates=jnp.zeros((), jnp.int32),
     )
 
   # ---------------------------------------------------------------- pieces
@@ -244,15 +244,15 @@ class Simulation:
 
   def context(self, state: RoundState, probs) -> SelectionContext:
     return SelectionContext(
-        params=state.params,
-        client_losses=functools.partial(self._client_losses, state.params),
-        update_sketch=state.update_sketch,
-        embeddings=state.embeddings,
-        seen=state.seen,
-        avail_probs=probs,
-        num_examples=self.info.num_examples,
-        eval_value=self._eval_value,
-        round=state.round,
+      params=state.params,
+      client_losses=functools.partial(self._client_losses, state.params),
+      update_sketch=state.update_sketch,
+      embeddings=state.embeddings,
+      seen=state.seen,
+      avail_probs=probs,
+      num_examples=self.info.num_examples,
+      eval_value=self._eval_value,
+      round=state.round,
     )
 
   def client_lr(self, t):
@@ -265,13 +265,9 @@ class Simulation:
     k_sel, k_train = jax.random.split(key_t)
     avail_key_t = jax.random.fold_in(state.availability_key, t)
     probs = self.availability.probs(state.availability_state, t)
-    avail, availability_state = self.availability.sample(
-        state.availability_state, avail_key_t, t
-    )
+    avail, availability_state = self.availability.sample(state.availability_state, avail_key_t, t)
     ctx = self.context(state, probs)
-    selection, selection_state = self.selection.select(
-        state.selection_state, k_sel, avail, t, ctx
-    )
+    selection, selection_state = self.selection.select(state.selection_state, k_sel, avail, t, ctx)
     valid = selection.valid
     lr = self.client_lr(t)
     aux = self.client_update.prepare(state.client_state, selection.cohort)
@@ -283,22 +279,22 @@ class Simulation:
     used = Selection(selection.cohort, finite, jnp.where(finite, selection.weights, 0.0))
     agg_aux = AggregationAux(avail_probs=probs, num_examples=self._num_examples_f, finite=finite)
     update, aggregation_state = self.aggregator.apply(
-        state.aggregation_state, deltas, used, avail, t, aux=agg_aux
+      state.aggregation_state, deltas, used, avail, t, aux=agg_aux
     )
     update_ok = _tree_all_finite(update)
     neg = jax.tree_util.tree_map(lambda u: -jnp.where(update_ok, u, 0.0), update)
     server_updates, server_opt_state = self.server_opt.update(
-        neg, state.server_opt_state, state.params
+      neg, state.server_opt_state, state.params
     )
     new_params = optax.apply_updates(state.params, server_updates)
     params = jax.tree_util.tree_map(
-        lambda new, old: jnp.where(update_ok, new, old), new_params, state.params
+      lambda new, old: jnp.where(update_ok, new, old), new_params, state.params
     )
     server_opt_state = jax.tree_util.tree_map(
-        lambda new, old: jnp.where(update_ok, new, old), server_opt_state, state.server_opt_state
+      lambda new, old: jnp.where(update_ok, new, old), server_opt_state, state.server_opt_state
     )
     client_state = self.client_update.finish(
-        state.client_state, selection.cohort, finite, deltas, aux, result.num_steps, lr
+      state.client_state, selection.cohort, finite, deltas, aux, result.num_steps, lr
     )
     if self.selection.observe is not None:
       selection_state = self.selection.observe(selection_state, used, deltas, result.loss, ctx)
@@ -311,29 +307,29 @@ class Simulation:
     train_loss = jnp.sum(jnp.where(finite, result.loss, 0.0)) / jnp.maximum(num_trained, 1)
     useful = jnp.sum(result.num_steps).astype(jnp.float32)
     new_state = state.replace(
-        params=params,
-        server_opt_state=server_opt_state,
-        availability_state=availability_state,
-        selection_state=selection_state,
-        aggregation_state=aggregation_state,
-        client_state=client_state,
-        round=t + 1,
-        sampling_counts=counts,
-        update_sketch=update_sketch,
-        embeddings=embeddings,
-        seen=seen,
-        useful_steps=state.useful_steps + useful,
-        executed_steps=state.executed_steps + result.padded_steps,
-        nonfinite_updates=state.nonfinite_updates + jnp.sum(valid & ~finite),
-        empty_rounds=state.empty_rounds + (num_trained == 0),
-        skipped_updates=state.skipped_updates + (~update_ok),
+      params=params,
+      server_opt_state=server_opt_state,
+      availability_state=availability_state,
+      selection_state=selection_state,
+      aggregation_state=aggregation_state,
+      client_state=client_state,
+      round=t + 1,
+      sampling_counts=counts,
+      update_sketch=update_sketch,
+      embeddings=embeddings,
+      seen=seen,
+      useful_steps=state.useful_steps + useful,
+      executed_steps=state.executed_steps + result.padded_steps,
+      nonfinite_updates=state.nonfinite_updates + jnp.sum(valid & ~finite),
+      empty_rounds=state.empty_rounds + (num_trained == 0),
+      skipped_updates=state.skipped_updates + (~update_ok),
     )
     metrics = {
-        "train_loss": train_loss,
-        "num_available": jnp.sum(avail),
-        "num_selected": jnp.sum(valid),
-        "num_nonfinite": jnp.sum(valid & ~finite),
-        "client_lr": lr,
+      "train_loss": train_loss,
+      "num_available": jnp.sum(avail),
+      "num_selected": jnp.sum(valid),
+      "num_nonfinite": jnp.sum(valid & ~finite),
+      "client_lr": lr,
     }
     return new_state, metrics
 
@@ -345,13 +341,13 @@ class Simulation:
     flat = sketch_lib.flatten_stacked(deltas)
     sk = sketch_lib.sketch(flat, self._projection)
     local_params = jax.tree_util.tree_map(lambda g, d: g[None] + d, state.params, deltas)
-    emb = jax.vmap(
-        lambda p: jax.nn.softmax(self.model.apply(p, self._noise), -1).reshape(-1)
-    )(local_params)
+    emb = jax.vmap(lambda p: jax.nn.softmax(self.model.apply(p, self._noise), -1).reshape(-1))(
+      local_params
+    )
     return (
-        state.update_sketch.at[target].set(sk, mode="drop"),
-        state.embeddings.at[target].set(emb, mode="drop"),
-        state.seen.at[target].set(True, mode="drop"),
+      state.update_sketch.at[target].set(sk, mode="drop"),
+      state.embeddings.at[target].set(emb, mode="drop"),
+      state.seen.at[target].set(True, mode="drop"),
     )
 
   def _run_rounds(self, state: RoundState, num_rounds: int):
@@ -386,7 +382,7 @@ def _all_finite_per_slot(deltas) -> jax.Array:
 
 def _mask_slots(deltas, keep):
   return jax.tree_util.tree_map(
-      lambda d: jnp.where(keep.reshape((-1,) + (1,) * (d.ndim - 1)), d, 0.0), deltas
+    lambda d: jnp.where(keep.reshape((-1,) + (1,) * (d.ndim - 1)), d, 0.0), deltas
   )
 
 

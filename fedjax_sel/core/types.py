@@ -10,7 +10,8 @@ pytree passed in and returned, never stored on an object.
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple, Optional
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -122,7 +123,7 @@ class SelectionStrategy(NamedTuple):
   num_selected: int
   uses_updates: bool = False
   with_replacement: bool = False
-  observe: Optional[Callable[..., PyTree]] = None
+  observe: Callable[..., PyTree] | None = None
 
 
 class AggregationAux(NamedTuple):
@@ -158,9 +159,9 @@ class Aggregator(NamedTuple):
 def empty_aux(num_clients: int, num_selected: int) -> AggregationAux:
   """An AggregationAux with full availability, unit sizes and all-finite updates."""
   return AggregationAux(
-      avail_probs=jnp.ones((num_clients,), jnp.float32),
-      num_examples=jnp.ones((num_clients,), jnp.float32),
-      finite=jnp.ones((num_selected,), bool),
+    avail_probs=jnp.ones((num_clients,), jnp.float32),
+    num_examples=jnp.ones((num_clients,), jnp.float32),
+    finite=jnp.ones((num_selected,), bool),
   )
 
 

@@ -70,8 +70,8 @@ class FederatedData(NamedTuple):
   def client_info(self) -> ClientInfo:
     """ClientInfo(num_examples i32[N], label_counts i32[N, C]) of the training split."""
     return ClientInfo(
-        num_examples=jnp.asarray(self.train.counts, jnp.int32),
-        label_counts=jnp.asarray(label_counts(self.train, self.num_classes), jnp.int32),
+      num_examples=jnp.asarray(self.train.counts, jnp.int32),
+      label_counts=jnp.asarray(label_counts(self.train, self.num_classes), jnp.int32),
     )
 
 
@@ -93,22 +93,22 @@ def split_from_lists(xs: list[np.ndarray], ys: list[np.ndarray]) -> ClientSplit:
 
 
 def split_from_indices(
-    x: np.ndarray, y: np.ndarray, client_indices: list[np.ndarray]
+  x: np.ndarray, y: np.ndarray, client_indices: list[np.ndarray]
 ) -> ClientSplit:
   """Builds a ClientSplit by gathering ``x[idx], y[idx]`` for each client's indices."""
   order = np.concatenate([np.asarray(i, np.int64) for i in client_indices])
   counts = np.array([len(i) for i in client_indices], np.int32)
   offsets = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int32)
   return ClientSplit(
-      x=np.asarray(x[order], np.float32),
-      y=np.asarray(y[order], np.int32),
-      offsets=offsets,
-      counts=counts,
+    x=np.asarray(x[order], np.float32),
+    y=np.asarray(y[order], np.int32),
+    offsets=offsets,
+    counts=counts,
   )
 
 
 def train_test_per_client(
-    split: ClientSplit, test_fraction: float, rng: np.random.Generator
+  split: ClientSplit, test_fraction: float, rng: np.random.Generator
 ) -> tuple[ClientSplit, ClientSplit]:
   """Splits every client's examples into local train and test parts (shuffled)."""
   tr_x, tr_y, te_x, te_y = [], [], [], []

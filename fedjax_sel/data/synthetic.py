@@ -27,13 +27,13 @@ NUM_CLASSES = 10
 
 
 def synthetic(
-    alpha: float = 0.5,
-    beta: float = 0.5,
-    num_clients: int = 30,
-    examples_per_client: int | None = None,
-    iid: bool = False,
-    test_fraction: float = 0.1,
-    seed: int = 0,
+  alpha: float = 0.5,
+  beta: float = 0.5,
+  num_clients: int = 30,
+  examples_per_client: int | None = None,
+  iid: bool = False,
+  test_fraction: float = 0.1,
+  seed: int = 0,
 ) -> FederatedData:
   """Generates FedProx Synthetic(alpha, beta).
 
@@ -88,13 +88,13 @@ def synthetic(
   if examples_per_client is not None:
     train = _trim(train, examples_per_client)
   return FederatedData(
-      train=train,
-      test=test,
-      test_x=test.x,
-      test_y=test.y,
-      num_classes=NUM_CLASSES,
-      name=f"synthetic({alpha:g},{beta:g})" + ("_iid" if iid else ""),
-      extras={"true_params": np.stack(true_params)},
+    train=train,
+    test=test,
+    test_x=test.x,
+    test_y=test.y,
+    num_classes=NUM_CLASSES,
+    name=f"synthetic({alpha:g},{beta:g})" + ("_iid" if iid else ""),
+    extras={"true_params": np.stack(true_params)},
   )
 
 

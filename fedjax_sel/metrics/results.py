@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 
@@ -134,12 +135,12 @@ def save_figure(fig, path: str) -> None:
 
 
 def plot_curves(
-    curves: dict[str, tuple[list[float], list[float]]],
-    path: str,
-    title: str,
-    ylabel: str,
-    xlabel: str = "communication round",
-    logy: bool = False,
+  curves: dict[str, tuple[list[float], list[float]]],
+  path: str,
+  title: str,
+  ylabel: str,
+  xlabel: str = "communication round",
+  logy: bool = False,
 ) -> None:
   """One line per method: ``curves[name] = (rounds, values)``."""
   import matplotlib

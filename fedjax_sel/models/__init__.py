@@ -4,12 +4,12 @@ The engine only sees ``init(key) -> params`` and ``apply(params, x) -> logits``.
 """
 
 from fedjax_sel.models.models import (
+  MLP,
   MODELS,
   CifarCNN,
-  MLP,
-  Model,
-  MnistCNN,
   LogisticRegression,
+  MnistCNN,
+  Model,
   make,
   names,
 )

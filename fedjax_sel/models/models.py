@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple, Sequence
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import flax.linen as nn
 import jax
@@ -122,8 +123,8 @@ def make_mlp(input_shape, num_classes, hidden: Sequence[int] = (200,)) -> Model:
 def _check_image(name, input_shape, min_side):
   if len(input_shape) != 3 or min(input_shape[:2]) < min_side:
     raise ValueError(
-        f"model {name!r} needs image inputs (H, W, C) with H, W >= {min_side}; "
-        f"got input_shape={tuple(input_shape)}"
+      f"model {name!r} needs image inputs (H, W, C) with H, W >= {min_side}; "
+      f"got input_shape={tuple(input_shape)}"
     )
 
 

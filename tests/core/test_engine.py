@@ -14,33 +14,43 @@ from fedjax_sel.data.federated import split_from_lists
 def _trainer(data, rule, cfg, m, model_name="logreg"):
   model = models.make(model_name, data.input_shape, data.num_classes)
   tr = engine.make_cohort_trainer(
-      model.apply, rule, make_client_optimizer("sgd"), jnp.asarray(data.train.x),
-      jnp.asarray(data.train.y), data.train.offsets, data.train.counts, cfg, m,
+    model.apply,
+    rule,
+    make_client_optimizer("sgd"),
+    jnp.asarray(data.train.x),
+    jnp.asarray(data.train.y),
+    data.train.offsets,
+    data.train.counts,
+    cfg,
+    m,
   )
   return model, tr
 
 
 def _max_diff(a, b):
-  return max(float(jnp.max(jnp.abs(x - y))) for x, y in
-             zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)))
+  return max(
+    float(jnp.max(jnp.abs(x - y)))
+    for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b))
+  )
 
 
 @pytest.mark.parametrize(
-    "rule_name,hp,parallelism,steps",
-    [
-        ("sgd", {}, "vmap", None),
-        ("sgd", {}, "map", None),
-        ("sgd", {}, "chunked", None),
-        ("sgd", {}, "chunked", 7),
-        ("fedprox", {"mu": 0.1}, "vmap", None),
-        ("fedprox", {"mu": 0.1}, "chunked", 7),
-    ],
+  "rule_name,hp,parallelism,steps",
+  [
+    ("sgd", {}, "vmap", None),
+    ("sgd", {}, "map", None),
+    ("sgd", {}, "chunked", None),
+    ("sgd", {}, "chunked", 7),
+    ("fedprox", {"mu": 0.1}, "vmap", None),
+    ("fedprox", {"mu": 0.1}, "chunked", 7),
+  ],
 )
 def test_cohort_equals_per_client_loop(small_synthetic, rule_name, hp, parallelism, steps):
   data = small_synthetic
   assert len(set(data.train.counts.tolist())) > 3  # unequal client sizes
-  cfg = engine.EngineConfig(batch_size=8, local_epochs=2, local_steps=steps,
-                            parallelism=parallelism, chunk_size=3)
+  cfg = engine.EngineConfig(
+    batch_size=8, local_epochs=2, local_steps=steps, parallelism=parallelism, chunk_size=3
+  )
   model, tr = _trainer(data, client.make(rule_name, **hp), cfg, 5)
   params = model.init(jax.random.PRNGKey(0))
   cohort = jnp.array([0, 7, 3, 11, 5])
@@ -69,8 +79,10 @@ def test_bucketing_reduces_padding():
   # 8 clients: four with 100 examples, four with 10 -> vmap pads everyone to 10 steps.
   rng = np.random.default_rng(0)
   sizes = [100, 10, 100, 10, 100, 10, 100, 10]
-  split = split_from_lists([rng.normal(size=(n, 5)).astype(np.float32) for n in sizes],
-                           [rng.integers(0, 3, n) for n in sizes])
+  split = split_from_lists(
+    [rng.normal(size=(n, 5)).astype(np.float32) for n in sizes],
+    [rng.integers(0, 3, n) for n in sizes],
+  )
 
   class D:
     train = split
@@ -82,8 +94,14 @@ def test_bucketing_reduces_padding():
   for mode in ["vmap", "chunked"]:
     cfg = engine.EngineConfig(batch_size=10, parallelism=mode, chunk_size=4)
     model, tr = _trainer(D, client.make("sgd"), cfg, 8)
-    out = tr(model.init(jax.random.PRNGKey(0)), jnp.arange(8), jnp.ones(8, bool),
-             jax.random.PRNGKey(1), 0.1, jnp.arange(8))
+    out = tr(
+      model.init(jax.random.PRNGKey(0)),
+      jnp.arange(8),
+      jnp.ones(8, bool),
+      jax.random.PRNGKey(1),
+      0.1,
+      jnp.arange(8),
+    )
     fracs[mode] = useful / float(out.padded_steps)
   assert fracs["vmap"] == pytest.approx(44 / 80)
   assert fracs["chunked"] == pytest.approx(1.0)  # sorted: one chunk of 10s, one of 1s
@@ -109,8 +127,11 @@ def test_scaffold_equals_loop(small_synthetic):
   model, tr = _trainer(small_synthetic, rule, cfg, 3)
   params = model.init(jax.random.PRNGKey(0))
   state = rule.init(params, small_synthetic.num_clients)
-  state = state._replace(client_c=jax.tree_util.tree_map(
-      lambda c: jax.random.normal(jax.random.PRNGKey(5), c.shape) * 0.1, state.client_c))
+  state = state._replace(
+    client_c=jax.tree_util.tree_map(
+      lambda c: jax.random.normal(jax.random.PRNGKey(5), c.shape) * 0.1, state.client_c
+    )
+  )
   cohort = jnp.array([2, 4, 6])
   aux = rule.prepare(state, cohort)
   out = tr(params, cohort, jnp.ones(3, bool), jax.random.PRNGKey(1), 0.1, aux)
@@ -118,9 +139,12 @@ def test_scaffold_equals_loop(small_synthetic):
   assert _max_diff(out.deltas, ref.deltas) < 1e-5
   # option II control-variate update: c_i+ = c_i - c - delta / (K lr)
   new = rule.finish(state, cohort, jnp.ones(3, bool), out.deltas, aux, out.num_steps, 0.1)
-  for c_new, c_old, c_srv, d in zip(*(jax.tree_util.tree_leaves(t) for t in
-                                      (new.client_c, state.client_c, state.server_c,
-                                       out.deltas))):
+  for c_new, c_old, c_srv, d in zip(
+    *(
+      jax.tree_util.tree_leaves(t)
+      for t in (new.client_c, state.client_c, state.server_c, out.deltas)
+    )
+  ):
     np.testing.assert_allclose(c_new[cohort], c_old[cohort] - c_srv[None] - d / 0.5, atol=1e-5)
 
 

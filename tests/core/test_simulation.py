@@ -18,12 +18,19 @@ from fedjax_sel.core import engine, simulation
 def make_sim(data, m=4, sel="uniform", avail="idl", agg="fedavg", rule="sgd", **kw):
   model = models.make("logreg", data.input_shape, data.num_classes)
   cfg = simulation.SimulationConfig(
-      client_lr=0.1, lr_decay=0.998,
-      engine=engine.EngineConfig(batch_size=10, local_steps=5, parallelism=kw.pop("par", "vmap")),
+    client_lr=0.1,
+    lr_decay=0.998,
+    engine=engine.EngineConfig(batch_size=10, local_steps=5, parallelism=kw.pop("par", "vmap")),
   )
   return simulation.Simulation(
-      data, model, availability.make(avail, **kw.pop("avail_hp", {})),
-      selection.make(sel, num_selected=m), aggregation.make(agg), client.make(rule), cfg)
+    data,
+    model,
+    availability.make(avail, **kw.pop("avail_hp", {})),
+    selection.make(sel, num_selected=m),
+    aggregation.make(agg),
+    client.make(rule),
+    cfg,
+  )
 
 
 def test_round_step_traced_once(small_synthetic):
@@ -49,8 +56,9 @@ def test_same_seed_same_result(small_synthetic):
   sc, _ = a.run_rounds(a.init(8), 6)
   for x, y in zip(jax.tree_util.tree_leaves(sa.params), jax.tree_util.tree_leaves(sb.params)):
     np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
-  assert not np.allclose(np.asarray(sa.params["Dense_0"]["kernel"]),
-                         np.asarray(sc.params["Dense_0"]["kernel"]))
+  assert not np.allclose(
+    np.asarray(sa.params["Dense_0"]["kernel"]), np.asarray(sc.params["Dense_0"]["kernel"])
+  )
 
 
 def test_only_selected_available_clients_count(small_synthetic):
@@ -79,8 +87,14 @@ def test_nonfinite_update_is_masked_and_counted(small_synthetic):
   state = sim.init(0)
   # A huge client lr makes updates overflow to inf/nan: they must be masked, not applied.
   sim2 = simulation.Simulation(
-      sim.data, sim.model, sim.availability, sim.selection, sim.aggregator, sim.client_update,
-      sim.config._replace(client_lr=1e38, lr_decay=1.0))
+    sim.data,
+    sim.model,
+    sim.availability,
+    sim.selection,
+    sim.aggregator,
+    sim.client_update,
+    sim.config._replace(client_lr=1e38, lr_decay=1.0),
+  )
   state2, m = sim2.round_step(sim2.init(0))
   assert int(m["num_nonfinite"]) > 0
   for leaf in jax.tree_util.tree_leaves(state2.params):
@@ -104,11 +118,13 @@ MULTI_DEVICE_SCRIPT = textwrap.dedent("""
 
 
 def _run_devices(n, par):
-  env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={n}",
-             JAX_PLATFORMS="cpu")
+  env = dict(
+    os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={n}", JAX_PLATFORMS="cpu"
+  )
   script = MULTI_DEVICE_SCRIPT.format(tests=os.path.dirname(os.path.dirname(__file__)), par=par)
-  out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
-                       check=True)
+  out = subprocess.run(
+    [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True
+  )
   return json.loads(out.stdout.strip().splitlines()[-1])
 
 

@@ -12,12 +12,12 @@ def _count(params):
 
 
 @pytest.mark.parametrize(
-    "name,shape,count",
-    [
-        ("logreg", (60,), 60 * 10 + 10),
-        ("mlp", (60,), 60 * 200 + 200 + 200 * 10 + 10),
-        ("cnn_mnist", (28, 28, 1), 1_663_370),  # McMahan et al. 2017: "1,663,370 parameters"
-    ],
+  "name,shape,count",
+  [
+    ("logreg", (60,), 60 * 10 + 10),
+    ("mlp", (60,), 60 * 200 + 200 + 200 * 10 + 10),
+    ("cnn_mnist", (28, 28, 1), 1_663_370),  # McMahan et al. 2017: "1,663,370 parameters"
+  ],
 )
 def test_parameter_counts(name, shape, count):
   m = models.make(name, shape, 10)
