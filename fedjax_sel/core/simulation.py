@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from fedjax_sel.availability.rollout import split_availability_key
 from fedjax_sel.core import engine as engine_lib
 from fedjax_sel.core import evaluation
 from fedjax_sel.core.registry import check_range
@@ -202,6 +203,9 @@ class Simulation:
     key = jax.random.PRNGKey(seed)
     akey = jax.random.PRNGKey(seed if availability_seed is None else availability_seed)
     k_model, k_sel = jax.random.split(key)
+    # Same derivation as fedjax_sel.availability.rollout, so plots of the active-state
+    # matrix show exactly the clients a run sees.
+    a_init, a_round = split_availability_key(akey)
     params = self.model.init(k_model)
     n = self.num_clients
     d = self._projection.shape[1]
@@ -209,12 +213,12 @@ class Simulation:
     return RoundState(
       params=params,
       server_opt_state=self.server_opt.init(params),
-      availability_state=self.availability.init(akey, self.info),
+      availability_state=self.availability.init(a_init, self.info),
       selection_state=self.selection.init(k_sel, self.info),
       aggregation_state=self.aggregator.init(params, self.info),
       client_state=self.client_update.init(params, n),
       key=jax.random.fold_in(key, 1),
-      availability_key=jax.random.fold_in(akey, 2),
+      availability_key=a_round,
       round=jnp.zeros((), jnp.int32),
       sampling_counts=jnp.zeros((n,), jnp.int32),
       update_sketch=jnp.zeros((n, d), jnp.float32),

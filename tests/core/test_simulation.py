@@ -134,3 +134,17 @@ def test_one_device_equals_four_devices():
   assert one["n"] == 1 and four["n"] == 4
   for a, b in zip(one["leaves"], four["leaves"]):
     np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+def test_availability_matches_rollout_and_ignores_selection(small_synthetic):
+  """Every method sees the same active clients: the rollout of the availability seed."""
+  from fedjax_sel.availability.rollout import rollout
+
+  seen = {}
+  for sel in ("uniform", "md"):
+    sim = make_sim(small_synthetic, sel=sel, avail="ln", avail_hp={"beta": 0.7})
+    _, metrics = sim.run_rounds(sim.init(seed=11, availability_seed=5), 8)
+    seen[sel] = np.asarray(metrics["num_available"])
+  active, _ = rollout(sim.availability, sim.info, jax.random.PRNGKey(5), 8)
+  np.testing.assert_array_equal(seen["uniform"], np.asarray(active).sum(1))
+  np.testing.assert_array_equal(seen["md"], seen["uniform"])
