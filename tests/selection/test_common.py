@@ -1,0 +1,76 @@
+"""Shared helpers: masked top-k, A-Res weighted sampling, FedAvg weights."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from scipy import stats
+
+from fedjax_sel.selection import common
+
+
+def test_masked_top_k_hand_case():
+  scores = jnp.asarray([0.5, 3.0, 2.0, jnp.nan, 9.0, 1.0])
+  mask = jnp.asarray([True, True, True, True, False, True])
+  idx, valid = common.masked_top_k(scores, mask, 3)
+  np.testing.assert_array_equal(np.asarray(idx), [1, 2, 5])  # 9.0 is masked out
+  assert np.asarray(valid).all()
+  idx, valid = common.masked_top_k(scores, jnp.asarray([0, 0, 1, 0, 0, 0], bool), 3)
+  np.testing.assert_array_equal(np.asarray(idx), [2, 0, 0])
+  np.testing.assert_array_equal(np.asarray(valid), [True, False, False])
+  idx, valid = common.masked_top_k(jnp.arange(2.0), jnp.ones(2, bool), 4)  # k > N
+  np.testing.assert_array_equal(np.asarray(idx), [1, 0, 0, 0])
+  np.testing.assert_array_equal(np.asarray(valid), [True, True, False, False])
+
+
+def test_ares_keys_rank_like_log_u_over_w():
+  """log(w) - log(-log u) orders items exactly like the A-Res key log(u) / w."""
+  key = jax.random.PRNGKey(0)
+  w = jnp.asarray(np.random.default_rng(0).random(50) + 0.01, jnp.float32)
+  mask = jnp.ones((50,), bool)
+  u = jax.random.uniform(key, (50,), jnp.float32, minval=jnp.finfo(jnp.float32).tiny, maxval=1.0)
+  ares = np.asarray(jnp.log(u) / w)
+  ours = np.asarray(common.ares_log_keys(key, w, mask))
+  np.testing.assert_array_equal(np.argsort(ours), np.argsort(ares))
+
+
+def test_weighted_sampling_first_pick_matches_weights():
+  """First A-Res pick ~ w_i / sum_avail w: chi-square over 20000 draws at level 1e-3."""
+  w = jnp.asarray([1.0, 2.0, 3.0, 4.0, 0.5, 8.0, 0.0, 1.5])
+  avail = jnp.asarray([1, 1, 1, 1, 1, 0, 1, 1], bool)  # the weight-8 client is away
+  draws = 20000
+  keys = jax.random.split(jax.random.PRNGKey(1), draws)
+  first = jax.jit(
+    jax.vmap(lambda k: common.weighted_sample_without_replacement(k, w, avail, 3)[0][0])
+  )(keys)
+  counts = np.bincount(np.asarray(first), minlength=8)
+  assert counts[5] == 0 and counts[6] == 0  # unavailable / zero weight never first
+  probs = np.where(np.asarray(avail), np.asarray(w), 0.0)
+  probs = probs / probs.sum()
+  support = probs > 0
+  chi2 = (((counts - draws * probs) ** 2)[support] / (draws * probs[support])).sum()
+  assert chi2 < stats.chi2.ppf(0.999, df=support.sum() - 1)
+
+
+def test_weighted_sampling_fills_with_zero_weight_clients_last():
+  w = jnp.asarray([0.0, 5.0, 0.0, 1.0])
+  idx, valid = common.weighted_sample_without_replacement(
+    jax.random.PRNGKey(2), w, jnp.asarray([1, 1, 0, 1], bool), 4
+  )
+  idx, valid = np.asarray(idx), np.asarray(valid)
+  np.testing.assert_array_equal(valid, [True, True, True, False])
+  assert set(idx[:2]) == {1, 3} and idx[2] == 0  # positive weights before zero weight
+
+
+def test_fedavg_and_equal_weights_hand_case():
+  n = jnp.asarray([10, 30, 60, 100])
+  w = common.fedavg_weights(n, jnp.asarray([2, 1, 0]), jnp.asarray([True, True, False]))
+  np.testing.assert_allclose(np.asarray(w), [60 / 90, 30 / 90, 0.0], rtol=1e-6)
+  np.testing.assert_array_equal(
+    np.asarray(common.fedavg_weights(n, jnp.zeros(2, jnp.int32), jnp.zeros(2, bool))), 0.0
+  )
+  np.testing.assert_allclose(
+    np.asarray(common.equal_weights(jnp.asarray([True, False, True, True]))),
+    [0.25, 0.0, 0.25, 0.25],
+  )

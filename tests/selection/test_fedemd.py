@@ -1,0 +1,124 @@
+"""FedEMD: EMD, normalization, the t * beta schedule and A-Res sampling by Proba^t."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy import stats
+
+import fedjax_sel.selection as selection
+from fedjax_sel.core.types import ClientInfo
+from fedjax_sel.selection import fedemd
+from tests.selection.conftest import make_ctx
+
+# 6 clients, 3 classes; client 5 is an exclusive Maverick owning all of class 2.
+COUNTS = np.array(
+  [
+    [10, 10, 0],
+    [12, 8, 0],
+    [5, 15, 0],
+    [10, 10, 0],
+    [20, 0, 0],
+    [0, 0, 30],
+  ]
+)
+
+
+def _info():
+  return ClientInfo(
+    num_examples=jnp.asarray(COUNTS.sum(1), jnp.int32), label_counts=jnp.asarray(COUNTS, jnp.int32)
+  )
+
+
+def test_emd_hand_values():
+  np.testing.assert_allclose(fedemd.emd(jnp.asarray([1.0, 0.0]), jnp.asarray([0.5, 0.5])), 1.0)
+  p, q = jnp.asarray([4.0, 0.0, 0.0]), jnp.asarray([0.0, 0.0, 2.0])  # counts are normalized
+  np.testing.assert_allclose(fedemd.emd(p, q), 2.0)
+  np.testing.assert_allclose(fedemd.emd(p, q, "wasserstein"), 2.0)  # mass moves 2 classes
+  np.testing.assert_allclose(
+    fedemd.emd(jnp.asarray([1.0, 0.0, 0.0]), jnp.asarray([0.0, 1.0, 0.0]), "wasserstein"), 1.0
+  )
+
+
+def test_init_global_distance_and_normalizer_by_hand():
+  state = selection.make("fedemd", num_selected=2).init(jax.random.PRNGKey(0), _info())
+  props = COUNTS / COUNTS.sum(1, keepdims=True)
+  global_p = COUNTS.sum(0) / COUNTS.sum()
+  # c1 = class held by most clients = class 0 (5 holders); normalizer = mean_i P^i(y=0).
+  normalizer = props[:, 0].mean()
+  np.testing.assert_allclose(float(state.normalizer), normalizer, rtol=1e-6)
+  expected = np.abs(props - global_p).sum(1) / normalizer
+  np.testing.assert_allclose(np.asarray(state.emd_global), expected, rtol=1e-5)
+  assert int(np.argmax(np.asarray(state.emd_global))) == 5  # the Maverick is farthest
+
+
+def test_temperature_schedule_is_linear_in_round():
+  """Proba^t = softmax(alpha emd_g - t beta emd_c): check against a numpy softmax at
+  t = 0, 7, 150 and that log-odds change by exactly -(t2 - t1) beta (emd_c,i - emd_c,j)."""
+  alpha, beta = 0.15, 0.0015
+  state = selection.make("fedemd", num_selected=2, alpha=alpha, beta=beta).init(
+    jax.random.PRNGKey(0), _info()
+  )
+  state = state._replace(current_counts=jnp.asarray([30.0, 5.0, 5.0]))
+  avail = jnp.ones((6,), bool)
+  props = COUNTS / COUNTS.sum(1, keepdims=True)
+  cur = np.array([30.0, 5.0, 5.0]) / 40.0
+  emd_c = np.abs(props - cur).sum(1) / float(state.normalizer)
+  emd_g = np.asarray(state.emd_global)
+  for t in (0, 7, 150):
+    logits = alpha * emd_g - t * beta * emd_c
+    expected = np.exp(logits - logits.max()) / np.exp(logits - logits.max()).sum()
+    got = np.asarray(fedemd.selection_probs(state, avail, t, alpha, beta))
+    np.testing.assert_allclose(got, expected, rtol=1e-5)
+  p1 = np.asarray(fedemd.selection_probs(state, avail, 10, alpha, beta))
+  p2 = np.asarray(fedemd.selection_probs(state, avail, 110, alpha, beta))
+  shift = np.log(p2[5] / p2[0]) - np.log(p1[5] / p1[0])
+  np.testing.assert_allclose(shift, -100 * beta * (emd_c[5] - emd_c[0]), rtol=1e-4)
+  # Round decay: the Maverick (far from what was trained so far) is favoured at t = 0 and
+  # penalized later.
+  p0 = np.asarray(fedemd.selection_probs(state, avail, 0, alpha, beta))
+  p_late = np.asarray(fedemd.selection_probs(state, avail, 1000, alpha, beta))
+  assert p0[5] == p0.max() and p_late[5] < p0[5]
+
+
+def test_first_pick_frequencies_match_proba():
+  """A-Res first pick ~ Proba^t over the available clients (chi-square, level 1e-3)."""
+  alpha, beta = 3.0, 0.05  # large coefficients so the probabilities differ clearly
+  strategy = selection.make("fedemd", num_selected=2, alpha=alpha, beta=beta)
+  info = _info()
+  state = strategy.init(jax.random.PRNGKey(0), info)
+  state = state._replace(current_counts=jnp.asarray([30.0, 20.0, 10.0]))
+  avail = jnp.asarray([True, True, False, True, True, True])
+  t = 4
+  ctx = make_ctx(info)
+  probs = np.asarray(fedemd.selection_probs(state, avail, t, alpha, beta), np.float64)
+  assert probs[2] == 0.0
+  draws = 20000
+  keys = jax.random.split(jax.random.PRNGKey(5), draws)
+  first = jax.jit(jax.vmap(lambda k: strategy.select(state, k, avail, t, ctx)[0].cohort[0]))(keys)
+  counts = np.bincount(np.asarray(first), minlength=6)
+  support = probs > 0
+  chi2 = (((counts - draws * probs) ** 2)[support] / (draws * probs[support])).sum()
+  assert chi2 < stats.chi2.ppf(0.999, df=support.sum() - 1)
+
+
+def test_select_accumulates_current_counts():
+  strategy = selection.make("fedemd", num_selected=2)
+  info = _info()
+  state = strategy.init(jax.random.PRNGKey(0), info)
+  sel, new_state = strategy.select(
+    state, jax.random.PRNGKey(1), jnp.ones((6,), bool), 0, make_ctx(info)
+  )
+  expected = COUNTS[np.asarray(sel.cohort)].sum(0)
+  np.testing.assert_allclose(np.asarray(new_state.current_counts), expected)
+  n = COUNTS.sum(1)[np.asarray(sel.cohort)]
+  np.testing.assert_allclose(np.asarray(sel.weights), n / n.sum(), rtol=1e-6)
+
+
+def test_rejects_bad_hparams():
+  with pytest.raises(ValueError, match="ground_metric"):
+    selection.make("fedemd", num_selected=2, ground_metric="kl")
+  with pytest.raises(ValueError, match="alpha"):
+    selection.make("fedemd", num_selected=2, alpha=-1.0)
