@@ -8,6 +8,7 @@ from fedjax_sel.selection import (
   clustered,
   common,
   fedemd,
+  fedgs,
   full,
   md,
   power_of_choice,
@@ -35,8 +36,6 @@ from fedjax_sel.selection.power_of_choice import make_power_of_choice
 from fedjax_sel.selection.registry import REGISTRY, register
 from fedjax_sel.selection.shapley import make_shapley, shapley_values
 from fedjax_sel.selection.uniform import make_uniform
-
-from fedjax_sel.selection import fedgs
 
 make = REGISTRY.make
 names = REGISTRY.names
