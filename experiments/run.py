@@ -15,6 +15,7 @@ summary.json, curves.png and checkpoints/ to --output_dir. Exit code 2 on bad in
 from __future__ import annotations
 
 import ast
+import re
 import sys
 
 from absl import app, flags, logging
@@ -24,45 +25,45 @@ from fedjax_sel import experiment
 from fedjax_sel.metrics import results
 
 HELP = {
-    "dataset": "dataset name: synthetic (built-in, offline), digits, mnist, fashion_mnist, "
-    "cifar10, emnist",
-    "partition": "how examples are split over clients: natural (Synthetic), iid, dirichlet, "
-    "shards, lognormal, size_groups, clustered ('' = natural/iid)",
-    "model": "model name: logreg, mlp, cnn_mnist, cnn_cifar",
-    "num_clients": "N, number of clients",
-    "clients_per_round": "M, cohort slots per round (1..N)",
-    "examples_per_client": "give every client exactly this many training examples (0 = the "
-    "dataset's or partition's own sizes)",
-    "rounds": "communication rounds to run",
-    "eval_every": "evaluate (and write a metrics line) every this many rounds",
-    "local_steps": "K local SGD steps per client (wins over --local_epochs; 0 = use epochs)",
-    "local_epochs": "E passes over the client's data (when --local_steps is 0)",
-    "batch_size": "B, local minibatch size",
-    "client_lr": "client learning rate (> 0)",
-    "lr_decay": "client lr at round t = client_lr * lr_decay**t, in (0, 1]",
-    "client_optimizer": "sgd or momentum",
-    "server_lr": "server learning rate (> 0); FedAvg is sgd with 1.0",
-    "server_optimizer": "sgd (FedAvg), momentum, adam (FedAdam), yogi (FedYogi), adagrad",
-    "availability": "client availability model (registry name)",
-    "selection": "client selection strategy (registry name)",
-    "aggregator": "aggregation rule (registry name)",
-    "client_update": "local update rule: sgd, fedprox, scaffold",
-    "seed": "model/training seed",
-    "availability_seed": "separate seed of availability draws (-1 = same as --seed)",
-    "data_seed": "seed of the data generator / partition",
-    "synthetic_alpha": "Synthetic(alpha, beta): model heterogeneity (>= 0)",
-    "synthetic_beta": "Synthetic(alpha, beta): input heterogeneity (>= 0)",
-    "partition_alpha": "Dirichlet concentration of the dirichlet partition (> 0)",
-    "labels_per_client": "labels per client of the shards partition",
-    "num_groups": "groups of the clustered partition",
-    "test_fraction": "share of each client's examples kept as its local test set",
-    "data_dir": "TFDS data_dir holding prepared datasets (no download happens)",
-    "parallelism": "how the cohort trains: auto, vmap, map, chunked",
-    "chunk_size": "clients per chunk for --parallelism=chunked (0 = 8)",
-    "sketch_dim": "dimension of the random projection of client updates for similarity",
-    "checkpoint_every": "rounds between checkpoints (0 = at every evaluation)",
-    "output_dir": "folder for config.json, metrics.jsonl, summary.json, plots, checkpoints",
-    "resume": "continue from the newest checkpoint in --output_dir",
+  "dataset": "dataset name: synthetic (built-in, offline), digits, mnist, fashion_mnist, "
+  "cifar10, emnist",
+  "partition": "how examples are split over clients: natural (Synthetic), iid, dirichlet, "
+  "shards, lognormal, size_groups, clustered ('' = natural/iid)",
+  "model": "model name: logreg, mlp, cnn_mnist, cnn_cifar",
+  "num_clients": "N, number of clients",
+  "clients_per_round": "M, cohort slots per round (1..N)",
+  "examples_per_client": "give every client exactly this many training examples (0 = the "
+  "dataset's or partition's own sizes)",
+  "rounds": "communication rounds to run",
+  "eval_every": "evaluate (and write a metrics line) every this many rounds",
+  "local_steps": "K local SGD steps per client (wins over --local_epochs; 0 = use epochs)",
+  "local_epochs": "E passes over the client's data (when --local_steps is 0)",
+  "batch_size": "B, local minibatch size",
+  "client_lr": "client learning rate (> 0)",
+  "lr_decay": "client lr at round t = client_lr * lr_decay**t, in (0, 1]",
+  "client_optimizer": "sgd or momentum",
+  "server_lr": "server learning rate (> 0); FedAvg is sgd with 1.0",
+  "server_optimizer": "sgd (FedAvg), momentum, adam (FedAdam), yogi (FedYogi), adagrad",
+  "availability": "client availability model (registry name)",
+  "selection": "client selection strategy (registry name)",
+  "aggregator": "aggregation rule (registry name)",
+  "client_update": "local update rule: sgd, fedprox, scaffold",
+  "seed": "model/training seed",
+  "availability_seed": "separate seed of availability draws (-1 = same as --seed)",
+  "data_seed": "seed of the data generator / partition",
+  "synthetic_alpha": "Synthetic(alpha, beta): model heterogeneity (>= 0)",
+  "synthetic_beta": "Synthetic(alpha, beta): input heterogeneity (>= 0)",
+  "partition_alpha": "Dirichlet concentration of the dirichlet partition (> 0)",
+  "labels_per_client": "labels per client of the shards partition",
+  "num_groups": "groups of the clustered partition",
+  "test_fraction": "share of each client's examples kept as its local test set",
+  "data_dir": "TFDS data_dir holding prepared datasets (no download happens)",
+  "parallelism": "how the cohort trains: auto, vmap, map, chunked",
+  "chunk_size": "clients per chunk for --parallelism=chunked (0 = 8)",
+  "sketch_dim": "dimension of the random projection of client updates for similarity",
+  "checkpoint_every": "rounds between checkpoints (0 = at every evaluation)",
+  "output_dir": "folder for config.json, metrics.jsonl, summary.json, plots, checkpoints",
+  "resume": "continue from the newest checkpoint in --output_dir",
 }
 
 _DEFAULTS = experiment.default_config()
@@ -93,7 +94,7 @@ for _part, _module in experiment.PARTS.items():
     if _flag in _FLAG_NAMES or _flag in _HPARAM_FLAGS:
       continue
     flags.DEFINE_string(
-        _flag, None, f"hyper-parameter {_hp!r} of {_part} {', '.join(_comps)} (Python literal)"
+      _flag, None, f"hyper-parameter {_hp!r} of {_part} {', '.join(_comps)} (Python literal)"
     )
     _HPARAM_FLAGS[_flag] = (_part, _hp)
 
@@ -113,12 +114,21 @@ def _literal(text: str):
 def resolve_config():
   """Defaults <- --config file <- flags given on the command line."""
   config = experiment.default_config()
-  if _CONFIG.value is not None:
+  try:
     given = _CONFIG.value
-    unknown = sorted(set(given.keys()) - set(config.keys()))
+    keys = None if given is None else set(given.keys())
+  except KeyError as e:  # --config.<field>=... naming no field of the file's config
+    raise ValueError(f"--config.{e.args[0]}: no such field in the --config file") from None
+  except Exception as e:  # the file could not be read/imported (OSError, SyntaxError, ...)
+    raise ValueError(f"--config: {experiment.one_line(e)}") from None
+  if given is not None:
+    unknown = sorted(keys - set(config.keys()))
     if unknown:
       raise ValueError(f"unknown config field(s) {unknown}; known: {sorted(config.keys())}")
-    config.update(given)
+    try:
+      config.update(given)
+    except (TypeError, ValueError, KeyError) as e:
+      raise ValueError(f"--config: {experiment.one_line(e)}") from None
   for name in _FLAG_NAMES:
     if FLAGS[name].present:
       config[name] = FLAGS[name].value
@@ -132,14 +142,73 @@ def resolve_config():
     bad = sorted(set(config[part + "_hparams"].keys()) - allowed)
     if bad:
       raise ValueError(
-          f"hyper-parameter(s) {bad} do not belong to {part} {config[part]!r}; "
-          f"its hyper-parameters: {sorted(allowed) or 'none'}"
+        f"hyper-parameter(s) {bad} do not belong to {part} {config[part]!r}; "
+        f"its hyper-parameters: {sorted(allowed) or 'none'}"
       )
   if FLAGS.quick:
     config.rounds = min(config.rounds, 20)
     config.eval_every = min(config.eval_every, 5)
   if not config.output_dir:
     config.output_dir = "runs/latest"
+  return config
+
+
+class UsageError(ValueError):
+  """A bad command line or config; its message is one line (exit code 2)."""
+
+
+def config_from_argv(argv: list[str]):
+  """Parses ``argv`` (argv[0] is the program), resolves and validates the config.
+
+  The in-process equivalent of the binary's checks before it runs anything.
+
+  Raises:
+    UsageError: a one-line message naming the bad value and what is allowed.
+  """
+  old_argv = sys.argv
+  sys.argv = list(argv)  # ml_collections finds --config.<field> overrides in sys.argv
+  try:
+    for name in list(FLAGS):  # --config.<field> overrides are defined anew at each parse
+      if name.startswith("config."):
+        delattr(FLAGS, name)
+    sys.modules.pop("config_config", None)  # the module ml_collections imports the file as
+    FLAGS.unparse_flags()
+    rest = _parse_or_raise(argv)
+    return check_config(rest)
+  finally:
+    sys.argv = old_argv
+
+
+def _parse_or_raise(argv):
+  try:
+    return FLAGS(argv)
+  except flags.Error as e:
+    raise UsageError(experiment.one_line(e)) from None
+  except Exception as e:  # a --config file that fails to import (SyntaxError, ...)
+    text = str(e).replace("\\'", "'")
+    field = re.match(r"""["']*([\w.]+)["']*""", text)
+    if (
+      isinstance(e, (KeyError, AttributeError))
+      and field
+      and any(a.startswith(f"--config.{field.group(1)}") for a in argv)
+    ):  # --config.<no such field>=...; ml_collections may add a "Did you mean" line
+      hint = "".join(f"; {line.strip()}" for line in text.splitlines()[1:] if line.strip())
+      raise UsageError(
+        f"--config.{field.group(1)}: no such field in the --config file's config{hint}"
+      ) from None
+    raise UsageError(f"--config: {experiment.one_line(e)}") from None
+
+
+def check_config(rest):
+  """Resolves and validates the config of parsed flags; UsageError on bad input."""
+  if len(rest) > 1:
+    raise UsageError(f"unexpected arguments {rest[1:]}; allowed: --flag=value only")
+  try:
+    config = resolve_config()
+    experiment.validate_config(config)
+    experiment.make_components(config)
+  except (ValueError, TypeError) as e:
+    raise UsageError(experiment.one_line(e)) from None
   return config
 
 
@@ -153,7 +222,7 @@ def _progress_bar(total):
   def update(done, total_, record):
     bar.n = done
     bar.set_postfix(
-        loss=f"{record['test_loss']:.4f}", acc=f"{record['test_accuracy']:.3f}", refresh=False
+      loss=f"{record['test_loss']:.4f}", acc=f"{record['test_accuracy']:.3f}", refresh=False
     )
     bar.refresh()
 
@@ -161,45 +230,55 @@ def _progress_bar(total):
   return update
 
 
+def _fail(message: str, code: int):
+  print(f"error: {message}", file=sys.stderr)
+  sys.exit(code)
+
+
 def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   try:
-    config = resolve_config()
-    experiment.validate_config(config)
-  except ValueError as e:
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(2)
+    config = check_config(argv)
+  except UsageError as e:
+    _fail(str(e), 2)
   bar = _progress_bar(config.rounds)
   try:
     summary = experiment.run(config, progress=bar)
+  except experiment.ConfigError as e:
+    _fail(experiment.one_line(e), 2)
   except experiment.Interrupted as e:
-    print(f"\n{e}; checkpoint and results are in {config.output_dir} (use --resume)",
-          file=sys.stderr)
+    if bar is not None:
+      bar.close()
+    print(
+      f"\n{e}; checkpoint and results are in {config.output_dir} (continue with --resume)",
+      file=sys.stderr,
+    )
     sys.exit(128 + e.signum)
-  except (ValueError, FileNotFoundError) as e:
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(2)
+  except experiment.NonFiniteModelError as e:
+    _fail(str(e), 1)
+  except KeyboardInterrupt:
+    _fail(f"interrupted; the newest checkpoint in {config.output_dir} is kept (--resume)", 130)
   finally:
     if bar is not None:
       bar.close()
   history = results.read_jsonl(f"{config.output_dir}/metrics.jsonl")
   step = max(1, len(history) // 10)
   rows = [
-      [r["round"], r["test_loss"], 100 * r["test_accuracy"], r["train_loss"]]
-      for r in history[::step] + ([history[-1]] if (len(history) - 1) % step else [])
+    [r["round"], r["test_loss"], 100 * r["test_accuracy"], r["train_loss"]]
+    for r in history[::step] + ([history[-1]] if (len(history) - 1) % step else [])
   ]
-  print(results.markdown_table(
+  print(
+    results.markdown_table(
       ["round", "test loss", "test acc (%)", "train loss"],
       rows,
       f"{config.dataset} / {config.model}: {config.selection} selection, {config.availability} "
       f"availability, {config.aggregator} aggregation",
-  ))
+    )
+  )
   print(
-      f"final test loss {summary['final_test_loss']:.4f}, best {summary['best_test_loss']:.4f}, "
-      f"final accuracy {100 * summary['final_test_accuracy']:.2f} %, "
-      f"{1000 * summary['seconds_per_round']:.1f} ms/round, useful-step fraction "
-      f"{summary['useful_step_fraction']:.3f}"
+    f"final test loss {summary['final_test_loss']:.4f}, best {summary['best_test_loss']:.4f}, "
+    f"final accuracy {100 * summary['final_test_accuracy']:.2f} %, "
+    f"{1000 * summary['seconds_per_round']:.1f} ms/round, useful-step fraction "
+    f"{summary['useful_step_fraction']:.3f}"
   )
   print(f"results: {config.output_dir}/ (metrics.jsonl, summary.json, curves.png)")
   logging.info("done")
@@ -207,10 +286,9 @@ def main(argv):
 
 def _parse_flags(argv):
   try:
-    return FLAGS(argv)
-  except flags.Error as e:
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(2)
+    return _parse_or_raise(argv)
+  except UsageError as e:
+    _fail(str(e), 2)
 
 
 if __name__ == "__main__":

@@ -8,15 +8,18 @@ flags). Outputs in ``output_dir``: ``config.json`` (resolved config + versions +
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import ml_collections
 import numpy as np
+from absl import logging
 
 from fedjax_sel import aggregation, availability, client, data, models, selection
 from fedjax_sel.core import checkpoint
@@ -26,10 +29,10 @@ from fedjax_sel.core.registry import check_range
 from fedjax_sel.metrics import results
 
 PARTS = {
-    "availability": availability,
-    "selection": selection,
-    "aggregator": aggregation,
-    "client_update": client,
+  "availability": availability,
+  "selection": selection,
+  "aggregator": aggregation,
+  "client_update": client,
 }
 
 
@@ -79,62 +82,93 @@ def default_config() -> ml_collections.ConfigDict:
   return c
 
 
+class ConfigError(ValueError):
+  """A user error in the config, its files or the output folder (one-line message)."""
+
+
+class NonFiniteModelError(FloatingPointError):
+  """The global model became non-finite; raised after the results so far are written."""
+
+  def __init__(self, round_index: int, output_dir: str):
+    super().__init__(
+      f"the global model became non-finite at round {round_index}; results up to round "
+      f"{round_index} are in {output_dir}; lower client_lr or server_lr"
+    )
+    self.round_index = round_index
+
+
 def _positive_int(name, v):
+  _integer(name, v, 1)
+
+
+def _integer(name, v, low):
   if not isinstance(v, (int, np.integer)) or isinstance(v, bool):
-    raise ValueError(f"{name}={v!r} must be an integer")
-  check_range(name, v, 1)
+    raise ValueError(f"{name}={v!r} must be an integer >= {low}")
+  check_range(name, v, low)
+
+
+def _name(field, value, allowed):
+  if not isinstance(value, str) or value not in allowed:
+    raise ValueError(f"unknown {field} {value!r}; known {field} names: {', '.join(allowed)}")
 
 
 def validate_config(c: ml_collections.ConfigDict) -> None:
-  """One ValueError, naming the bad value and what is allowed, for a bad config."""
-  if c.model not in models.names():
-    raise ValueError(f"unknown model {c.model!r}; known model names: {', '.join(models.names())}")
-  if c.dataset not in data.DATASETS:
-    raise ValueError(
-        f"unknown dataset {c.dataset!r}; known dataset names: {', '.join(data.DATASETS)}"
-    )
-  if c.partition and c.partition not in (*data.PARTITIONS, "natural"):
-    raise ValueError(
-        f"unknown partition {c.partition!r}; known partition names: "
-        f"{', '.join(('natural', *data.PARTITIONS))}"
-    )
-  for name in ("num_clients", "clients_per_round", "rounds", "eval_every", "batch_size"):
+  """One ValueError, naming the bad value and what is allowed, for a bad config.
+
+  Checks names (model, dataset, partition, optimizers, the four registries), integer and
+  range constraints, clients_per_round <= num_clients, and that --data_dir (when given
+  for a TFDS dataset) is a folder and --output_dir is not a file. Component
+  hyper-parameters are checked by their constructors (``make_components``).
+  """
+  _name("model", c.model, models.names())
+  _name("dataset", c.dataset, list(data.DATASETS))
+  if c.partition:
+    _name("partition", c.partition, ["natural", *data.PARTITIONS])
+  for name in (
+    "num_clients",
+    "clients_per_round",
+    "rounds",
+    "eval_every",
+    "batch_size",
+    "sketch_dim",
+    "labels_per_client",
+    "num_groups",
+  ):
     _positive_int(name, c[name])
   if c.clients_per_round > c.num_clients:
     raise ValueError(
-        f"clients_per_round={c.clients_per_round} is out of range; allowed: "
-        f"[1, num_clients={c.num_clients}]"
+      f"clients_per_round={c.clients_per_round} is out of range; allowed: "
+      f"[1, num_clients={c.num_clients}]"
     )
-  if c.local_steps:
-    _positive_int("local_steps", c.local_steps)
-  else:
+  _integer("local_steps", c.local_steps, 0)
+  if not c.local_steps:
     _positive_int("local_epochs", c.local_epochs)
-  check_range("local_steps", c.local_steps, 0)
-  check_range("examples_per_client", c.examples_per_client, 0)
+  for name in ("examples_per_client", "chunk_size", "checkpoint_every", "seed", "data_seed"):
+    _integer(name, c[name], 0)
+  _integer("availability_seed", c.availability_seed, -1)
   check_range("client_lr", c.client_lr, 0.0, low_inclusive=False)
   check_range("server_lr", c.server_lr, 0.0, low_inclusive=False)
   check_range("lr_decay", c.lr_decay, 0.0, 1.0, low_inclusive=False)
   check_range("synthetic_alpha", c.synthetic_alpha, 0.0)
   check_range("synthetic_beta", c.synthetic_beta, 0.0)
   check_range("partition_alpha", c.partition_alpha, 0.0, low_inclusive=False)
-  check_range("checkpoint_every", c.checkpoint_every, 0)
-  if c.server_optimizer not in sim_lib.SERVER_OPTIMIZERS:
-    raise ValueError(
-        f"server_optimizer={c.server_optimizer!r}; allowed: {', '.join(sim_lib.SERVER_OPTIMIZERS)}"
-    )
-  if c.client_optimizer not in sim_lib.CLIENT_OPTIMIZERS:
-    raise ValueError(
-        f"client_optimizer={c.client_optimizer!r}; allowed: {', '.join(sim_lib.CLIENT_OPTIMIZERS)}"
-    )
-  if c.parallelism not in engine_lib.PARALLELISM:
-    raise ValueError(
-        f"parallelism={c.parallelism!r}; allowed: {', '.join(engine_lib.PARALLELISM)}"
-    )
+  check_range("test_fraction", c.test_fraction, 0.0, 1.0, high_inclusive=False)
+  for name in ("client_lr", "server_lr", "synthetic_alpha", "synthetic_beta", "partition_alpha"):
+    if not np.isfinite(float(c[name])):
+      raise ValueError(f"{name}={c[name]!r} is out of range; allowed: finite numbers")
+  _name("server_optimizer", c.server_optimizer, list(sim_lib.SERVER_OPTIMIZERS))
+  _name("client_optimizer", c.client_optimizer, list(sim_lib.CLIENT_OPTIMIZERS))
+  _name("parallelism", c.parallelism, list(engine_lib.PARALLELISM))
   for part, module in PARTS.items():
-    if c[part] not in module.names():
-      raise ValueError(
-          f"unknown {part} {c[part]!r}; known {part} names: {', '.join(module.names())}"
-      )
+    _name(part, c[part], module.names())
+  reads_data_dir = c.dataset not in ("synthetic", "digits")  # the TFDS datasets
+  if reads_data_dir and c.data_dir and not os.path.isdir(os.path.expanduser(str(c.data_dir))):
+    raise ValueError(
+      f"data_dir={c.data_dir!r} is not a folder; give the TFDS data_dir holding the "
+      "prepared dataset (see README, 'Data')"
+    )
+  if c.output_dir and os.path.exists(c.output_dir) and not os.path.isdir(c.output_dir):
+    raise ValueError(f"output_dir={c.output_dir!r} is a file; allowed: a folder (new or existing)")
 
 
 def load_data(c: ml_collections.ConfigDict) -> data.FederatedData:
@@ -151,13 +185,13 @@ def load_data(c: ml_collections.ConfigDict) -> data.FederatedData:
       kwargs["num_groups"] = c.num_groups
     kwargs["test_fraction"] = c.test_fraction
   return data.load(
-      c.dataset,
-      c.num_clients,
-      (c.partition or None) if c.dataset == "synthetic" else (c.partition or "iid"),
-      seed=c.data_seed,
-      data_dir=c.data_dir or None,
-      examples_per_client=c.examples_per_client or None,
-      **kwargs,
+    c.dataset,
+    c.num_clients,
+    (c.partition or None) if c.dataset == "synthetic" else (c.partition or "iid"),
+    seed=c.data_seed,
+    data_dir=c.data_dir or None,
+    examples_per_client=c.examples_per_client or None,
+    **kwargs,
   )
 
 
@@ -165,31 +199,63 @@ def _hparams(c, part):
   return {k: v for k, v in dict(c[part + "_hparams"]).items()}
 
 
+class Components(NamedTuple):
+  availability: Any
+  selection: Any
+  aggregator: Any
+  client_update: Any
+
+
+def make_components(c: ml_collections.ConfigDict) -> Components:
+  """The four pluggable parts of a config; their constructors validate the hyper-parameters
+  (ValueError naming the bad value; a TypeError from a constructor is turned into one)."""
+  made = {}
+  for part, module in PARTS.items():
+    hparams = _hparams(c, part)
+    if part == "selection":
+      hparams["num_selected"] = c.clients_per_round
+    try:
+      made[part] = module.make(c[part], **hparams)
+    except TypeError as e:
+      raise ValueError(f"{part} {c[part]!r} rejected its hyper-parameters {hparams}: {e}") from e
+  return Components(**made)
+
+
 def build(c: ml_collections.ConfigDict, dataset: data.FederatedData | None = None):
   """Builds ``(Simulation, FederatedData)`` from a validated config."""
   validate_config(c)
+  avail, sel, agg, upd = make_components(c)
   dataset = dataset if dataset is not None else load_data(c)
   model = models.make(c.model, dataset.input_shape, dataset.num_classes)
-  avail = availability.make(c.availability, **_hparams(c, "availability"))
-  sel = selection.make(c.selection, num_selected=c.clients_per_round, **_hparams(c, "selection"))
-  agg = aggregation.make(c.aggregator, **_hparams(c, "aggregator"))
-  upd = client.make(c.client_update, **_hparams(c, "client_update"))
   config = sim_lib.SimulationConfig(
-      client_lr=c.client_lr,
-      lr_decay=c.lr_decay,
-      client_optimizer=c.client_optimizer,
-      server_optimizer=c.server_optimizer,
-      server_lr=c.server_lr,
-      sketch_dim=c.sketch_dim,
-      engine=engine_lib.EngineConfig(
-          batch_size=c.batch_size,
-          local_epochs=c.local_epochs,
-          local_steps=c.local_steps or None,
-          parallelism=c.parallelism,
-          chunk_size=c.chunk_size,
-      ),
+    client_lr=c.client_lr,
+    lr_decay=c.lr_decay,
+    client_optimizer=c.client_optimizer,
+    server_optimizer=c.server_optimizer,
+    server_lr=c.server_lr,
+    sketch_dim=c.sketch_dim,
+    engine=engine_lib.EngineConfig(
+      batch_size=c.batch_size,
+      local_epochs=c.local_epochs,
+      local_steps=c.local_steps or None,
+      parallelism=c.parallelism,
+      chunk_size=c.chunk_size,
+    ),
   )
+  _check_inits(model, dataset, avail, sel, agg, upd)
   return sim_lib.Simulation(dataset, model, avail, sel, agg, upd, config), dataset
+
+
+def _check_inits(model, dataset, avail, sel, agg, upd) -> None:
+  """Runs every component's ``init`` abstractly (``jax.eval_shape``: no compile, no
+  compute), so shape errors that need N (e.g. a trace of another width) surface at once."""
+  key = jax.random.PRNGKey(0)
+  info = dataset.client_info()
+  params = jax.eval_shape(model.init, key)
+  jax.eval_shape(avail.init, key, info)
+  jax.eval_shape(sel.init, key, info)
+  jax.eval_shape(agg.init, params, info)
+  jax.eval_shape(lambda p: upd.init(p, dataset.num_clients), params)
 
 
 def environment() -> dict:
@@ -202,18 +268,21 @@ def environment() -> dict:
   except Exception:  # pragma: no cover
     jaxlib_version = "unknown"
   return {
-      "fedjax_sel": getattr(fedjax_sel, "__version__", "unknown"),
-      "jax": jax.__version__,
-      "jaxlib": jaxlib_version,
-      "numpy": np.__version__,
-      "python": sys.version.split()[0],
-      "backend": jax.default_backend(),
-      "devices": [str(d) for d in jax.devices()],
+    "fedjax_sel": getattr(fedjax_sel, "__version__", "unknown"),
+    "jax": jax.__version__,
+    "jaxlib": jaxlib_version,
+    "numpy": np.__version__,
+    "python": sys.version.split()[0],
+    "backend": jax.default_backend(),
+    "devices": [str(d) for d in jax.devices()],
   }
 
 
 class _StopRequested:
-  """Turns SIGINT/SIGTERM into a flag checked between chunks of rounds."""
+  """Turns SIGINT/SIGTERM into a flag checked between chunks of rounds.
+
+  A second signal raises KeyboardInterrupt at once (the escape hatch).
+  """
 
   def __init__(self):
     self.signum = None
@@ -248,108 +317,232 @@ class Interrupted(Exception):
     self.round_index = round_index
 
 
+# Fields that may change between a run and its resumption (they do not change the rounds).
+RESUMABLE_CHANGES = ("rounds", "eval_every", "checkpoint_every", "output_dir", "resume")
+
+
+def _fingerprint(c: ml_collections.ConfigDict) -> dict:
+  """The config fields a checkpoint must agree with, as JSON-able values."""
+  cfg = json.loads(results.dumps_line(c.to_dict()))
+  return {k: v for k, v in cfg.items() if k not in RESUMABLE_CHANGES}
+
+
+def _check_same_config(saved: dict | None, now: dict, output_dir: str) -> None:
+  if saved is None:
+    return
+  diff = sorted(k for k in set(saved) | set(now) if saved.get(k) != now.get(k))
+  if diff:
+    changes = ", ".join(f"{k}: {saved.get(k)!r} -> {now.get(k)!r}" for k in diff)
+    raise ConfigError(
+      f"--resume: the checkpoint in {output_dir} was written with another config ({changes}); "
+      f"only {', '.join(RESUMABLE_CHANGES)} may change, or use a new --output_dir"
+    )
+
+
+def _params_finite(params) -> bool:
+  leaves = jax.tree_util.tree_leaves(jax.device_get(params))
+  return all(bool(np.all(np.isfinite(x))) for x in leaves)
+
+
+class _Setup(NamedTuple):
+  sim: sim_lib.Simulation
+  dataset: data.FederatedData
+  state: Any
+  history: list
+  seconds_before: float
+
+
+def _setup(c, output_dir, resume, dataset, simulation) -> _Setup:
+  """Builds the simulation and its state (restored when resuming); user errors -> ConfigError."""
+  try:
+    if not output_dir:
+      raise ValueError("output_dir is empty; give a folder for the results (--output_dir)")
+    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
+      raise ValueError(f"output_dir={output_dir!r} is a file; allowed: a folder")
+    validate_config(c)
+    if simulation is not None:
+      dataset = simulation.data
+    elif dataset is None:
+      dataset = load_data(c)
+    if int(np.sum(dataset.train.counts)) == 0:
+      raise ValueError(
+        f"dataset {dataset.name!r}: all of its {dataset.num_clients} clients have 0 "
+        "training examples; allowed: at least one client with examples"
+      )
+    sim = simulation if simulation is not None else build(c, dataset)[0]
+    os.makedirs(output_dir, exist_ok=True)
+    state = sim.init(c.seed, None if c.availability_seed < 0 else c.availability_seed)
+    history: list[dict] = []
+    seconds_before = 0.0
+    metrics_path = os.path.join(output_dir, "metrics.jsonl")
+    if resume and checkpoint.latest_round(output_dir) is not None:
+      state, extra = checkpoint.restore(output_dir, state)
+      _check_same_config(extra.get("config"), _fingerprint(c), output_dir)
+      done = int(state.round)
+      history = [r for r in results.read_jsonl(metrics_path) if r["round"] <= done]
+      expected = extra.get("num_records")
+      if expected is not None and len(history) != expected:
+        logging.warning(
+          "%s holds %d of the %d evaluations up to round %d; continuing with those",
+          metrics_path,
+          len(history),
+          expected,
+          done,
+        )
+      seconds_before = float(extra.get("seconds", 0.0))
+      logging.info("resuming %s from round %d", output_dir, done)
+    else:
+      if resume:
+        logging.info("--resume: no checkpoint in %s; starting at round 0", output_dir)
+      elif checkpoint.all_rounds(output_dir):
+        logging.warning("starting afresh in %s: removing its old checkpoints", output_dir)
+        checkpoint.clear(output_dir)
+  except (ValueError, TypeError, OSError) as e:
+    if isinstance(e, ConfigError):
+      raise
+    raise ConfigError(one_line(e)) from e
+  return _Setup(sim, dataset, state, history, seconds_before)
+
+
+def one_line(e: BaseException) -> str:
+  """The exception's message on one line (for command-line errors)."""
+  text = " ".join(line.strip() for line in str(e).splitlines() if line.strip())
+  return text or type(e).__name__
+
+
 def run(
-    c: ml_collections.ConfigDict,
-    output_dir: str | None = None,
-    *,
-    resume: bool | None = None,
-    progress: Callable[[int, int, dict], None] | None = None,
-    dataset: data.FederatedData | None = None,
-    write_plots: bool = True,
+  c: ml_collections.ConfigDict,
+  output_dir: str | None = None,
+  *,
+  resume: bool | None = None,
+  progress: Callable[[int, int, dict], None] | None = None,
+  dataset: data.FederatedData | None = None,
+  write_plots: bool = True,
+  simulation: sim_lib.Simulation | None = None,
 ) -> dict:
   """Runs one experiment and writes its results; returns the summary dict.
 
-  The run can be interrupted (SIGINT/SIGTERM) or killed: with ``resume=True`` it continues
-  from the newest checkpoint in ``output_dir`` and ends with exactly the metrics of an
-  uninterrupted run.
+  The run survives interruptions: the whole state is checkpointed every
+  ``checkpoint_every`` rounds (default: at every evaluation) and when SIGINT/SIGTERM
+  arrives (then ``Interrupted`` is raised once the checkpoint and result files are
+  written). With ``resume=True`` it continues from the newest checkpoint in
+  ``output_dir`` and ends with exactly the metrics of an uninterrupted run (same device
+  and backend). metrics.jsonl gets one complete line per evaluation (fsynced before the
+  checkpoint that covers it); every other file is written atomically.
+
+  Args:
+    c: the config (see ``default_config``).
+    output_dir: results folder (default ``c.output_dir``).
+    resume: continue from the newest checkpoint (default ``c.resume``); the config must
+      match the checkpoint's except for ``RESUMABLE_CHANGES``.
+    progress: called as ``progress(round, rounds, record)`` after each evaluation.
+    dataset: a prebuilt dataset (default: loaded from the config).
+    write_plots: write curves.png.
+    simulation: a prebuilt Simulation for this config (reuses its compiled functions).
+
+  Raises:
+    ConfigError: a user error (bad config, unreadable file, mismatching checkpoint).
+    Interrupted: after SIGINT/SIGTERM (checkpoint and results written).
+    NonFiniteModelError: the global model became non-finite (results written).
   """
   output_dir = output_dir or c.output_dir
-  if not output_dir:
-    raise ValueError("output_dir is empty; give a folder for the results (--output_dir)")
   resume = c.resume if resume is None else resume
-  sim, dataset = build(c, dataset)
-  os.makedirs(output_dir, exist_ok=True)
-  metrics_path = os.path.join(output_dir, "metrics.jsonl")
-  state = sim.init(c.seed, None if c.availability_seed < 0 else c.availability_seed)
-  history: list[dict] = []
-  seconds_before = 0.0
-  if resume and checkpoint.latest_round(output_dir) is not None:
-    state, extra = checkpoint.restore(output_dir, state)
-    done = int(state.round)
-    history = [r for r in results.read_jsonl(metrics_path) if r["round"] <= done]
-    seconds_before = float(extra.get("seconds", 0.0))
-  results.write_jsonl(metrics_path, history)
-  cfg = c.to_dict()
-  cfg["output_dir"] = output_dir
-  results.write_json(
+  with _StopRequested() as stop:
+    setup = _setup(c, output_dir, resume, dataset, simulation)
+    sim, dataset, state, history, seconds_before = setup
+    metrics_path = os.path.join(output_dir, "metrics.jsonl")
+    results.write_jsonl(metrics_path, history)
+    cfg = c.to_dict()
+    cfg["output_dir"] = output_dir
+    results.write_json(
       os.path.join(output_dir, "config.json"),
       {"config": cfg, "environment": environment(), "dataset": dataset.name},
-  )
-  checkpoint_every = c.checkpoint_every or c.eval_every
-  start = time.time()
-  last_ckpt = int(state.round)
-  with _StopRequested() as stop:
+    )
+    fingerprint = _fingerprint(c)
+    checkpoint_every = c.checkpoint_every or c.eval_every
+    start = time.time()
+    last_ckpt = int(state.round)
+
+    def save(t, seconds):
+      checkpoint.save(
+        output_dir,
+        state,
+        t,
+        {"seconds": seconds, "num_records": len(history), "config": fingerprint},
+      )
+
+    def finish(**why):
+      summary = _summary(history, state, sim, c, **why)
+      _write_outputs(output_dir, history, summary, c, dataset.name, write_plots)
+      return summary
+
     while int(state.round) < c.rounds:
       t0 = int(state.round)
+      if stop.signum is not None:  # arrived during setup or compilation
+        save(t0, seconds_before + time.time() - start)
+        finish(stopped=f"signal {stop.signum}")
+        raise Interrupted(stop.signum, t0)
       n = min(c.eval_every - t0 % c.eval_every, c.rounds - t0)
       state, round_metrics = sim.run_rounds(state, n)
+      t = int(state.round)
       ev = sim_lib.to_host(sim.evaluate(state))
       rm = sim_lib.to_host(round_metrics)
       record = {
-          "round": int(state.round),
-          "test_loss": ev["test_loss"],
-          "test_accuracy": ev["test_accuracy"],
-          "train_loss": float(np.mean(rm["train_loss"])),
-          "seconds": seconds_before + time.time() - start,
-          "num_available_mean": float(np.mean(rm["num_available"])),
-          "num_selected_mean": float(np.mean(rm["num_selected"])),
+        "round": t,
+        "test_loss": ev["test_loss"],
+        "test_accuracy": ev["test_accuracy"],
+        "train_loss": float(np.mean(rm["train_loss"])),
+        "seconds": seconds_before + time.time() - start,
+        "num_available_mean": float(np.mean(rm["num_available"])),
+        "num_selected_mean": float(np.mean(rm["num_selected"])),
       }
       record.update({k: v for k, v in ev.items() if k not in record})
+      dropped = int(np.sum(rm["num_nonfinite"]))
+      if dropped:
+        logging.warning(
+          "rounds %d-%d: %d non-finite client update(s) dropped from aggregation (%d so far)",
+          t0 + 1,
+          t,
+          dropped,
+          int(state.nonfinite_updates),
+        )
       history.append(record)
       results.append_jsonl(metrics_path, record)
-      if int(state.round) - last_ckpt >= checkpoint_every or int(state.round) >= c.rounds or (
-          stop.signum is not None
-      ):
-        checkpoint.save(
-            output_dir, state, int(state.round), {"seconds": record["seconds"]}
-        )
-        last_ckpt = int(state.round)
+      if not _params_finite(state.params):
+        finish(stopped="non-finite model")  # no checkpoint of a broken model
+        raise NonFiniteModelError(t, output_dir)
       if progress is not None:
-        progress(int(state.round), c.rounds, record)
-      if not all(np.isfinite(jax.tree_util.tree_leaves(jax.device_get(state.params))[0].ravel())):
-        raise FloatingPointError(
-            f"the global model became non-finite at round {int(state.round)}; "
-            "lower client_lr/server_lr"
-        )
-      if stop.signum is not None:
-        summary = _summary(history, state, sim, c)
-        _write_outputs(output_dir, history, summary, c, dataset.name, write_plots)
-        raise Interrupted(stop.signum, int(state.round))
-  summary = _summary(history, state, sim, c)
-  _write_outputs(output_dir, history, summary, c, dataset.name, write_plots)
-  return summary
+        progress(t, c.rounds, record)
+      if t - last_ckpt >= checkpoint_every or t >= c.rounds or stop.signum is not None:
+        save(t, record["seconds"])
+        last_ckpt = t
+      if stop.signum is not None and t < c.rounds:
+        finish(stopped=f"signal {stop.signum}")
+        raise Interrupted(stop.signum, t)
+    return finish()
 
 
-def _summary(history, state, sim, c) -> dict:
+def _summary(history, state, sim, c, stopped: str | None = None) -> dict:
   last = history[-1] if history else {}
   seconds = last.get("seconds", 0.0)
   rounds = int(state.round)
   return {
-      "final_test_loss": last.get("test_loss"),
-      "final_test_accuracy": last.get("test_accuracy"),
-      "best_test_loss": min((r["test_loss"] for r in history), default=None),
-      "best_test_accuracy": max((r["test_accuracy"] for r in history), default=None),
-      "rounds": rounds,
-      "rounds_planned": c.rounds,
-      "complete": rounds >= c.rounds,
-      "seconds": seconds,
-      "seconds_per_round": seconds / max(rounds, 1),
-      "useful_step_fraction": last.get("useful_step_fraction"),
-      "sampling_counts": np.asarray(state.sampling_counts).tolist(),
-      "nonfinite_updates": int(state.nonfinite_updates),
-      "empty_rounds": int(state.empty_rounds),
-      "skipped_updates": int(state.skipped_updates),
-      "chunk_size": int(sim.trainer.chunk_size),
+    "final_test_loss": last.get("test_loss"),
+    "final_test_accuracy": last.get("test_accuracy"),
+    "best_test_loss": min((r["test_loss"] for r in history), default=None),
+    "best_test_accuracy": max((r["test_accuracy"] for r in history), default=None),
+    "rounds": rounds,
+    "rounds_planned": c.rounds,
+    "complete": rounds >= c.rounds and stopped is None,
+    "stopped": stopped,
+    "seconds": seconds,
+    "seconds_per_round": seconds / max(rounds, 1),
+    "useful_step_fraction": last.get("useful_step_fraction"),
+    "sampling_counts": np.asarray(state.sampling_counts).tolist(),
+    "nonfinite_updates": int(state.nonfinite_updates),
+    "empty_rounds": int(state.empty_rounds),
+    "skipped_updates": int(state.skipped_updates),
+    "chunk_size": int(sim.trainer.chunk_size),
   }
 
 
@@ -361,8 +554,8 @@ def _write_outputs(output_dir, history, summary, c, name, write_plots):
 
 def _title(c, name):
   return (
-      f"{name}, N={c.num_clients}, M={c.clients_per_round}: {c.selection} / "
-      f"{c.availability} / {c.aggregator}"
+    f"{name}, N={c.num_clients}, M={c.clients_per_round}: {c.selection} / "
+    f"{c.availability} / {c.aggregator}"
   )
 
 

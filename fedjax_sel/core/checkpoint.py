@@ -1,9 +1,19 @@
-"""Checkpoints of the whole experiment state (one pytree) plus the metrics so far.
+"""Checkpoints of the whole experiment state (one pytree), crash-safe and exact.
 
-The state's leaves are written with ``numpy.savez`` into a temporary file and renamed into
-place, so a crash never leaves a half-written checkpoint; the tree structure comes from a
-template state (``Simulation.init``) at restore time, and every leaf's shape and dtype is
-checked against it. Only the newest ``keep`` checkpoints are kept.
+The state's leaves are written with ``numpy.savez`` into a temporary file in the same
+folder, fsynced, renamed into place and the folder fsynced, so a crash (even SIGKILL or a
+power cut mid-write) leaves either the previous checkpoint or the new one, never a torn
+one under a checkpoint name. The tree structure comes from a template state
+(``Simulation.init``) at restore time; every leaf's shape and dtype is checked against it
+and the restored leaves are placed like the template's (device, sharding, weak type), so a
+resumed run computes bit for bit what the uninterrupted run computes. Only the newest
+``keep`` checkpoints are kept; if the newest cannot be read (e.g. a disk that lied about
+fsync), ``restore`` falls back to the one before it.
+
+Why not orbax: orbax-checkpoint (the ``[checkpoint]`` extra) gives the same atomicity
+(temporary folder + rename) plus async and multi-host writes; our state is small, lives on
+one host and is written between chunks of rounds, so a plain npz keeps the core install
+free of the dependency with the same guarantees. See notes/robustness.md.
 """
 
 from __future__ import annotations
@@ -12,37 +22,82 @@ import io
 import json
 import os
 import re
+import zipfile
+from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
+from absl import logging
 
 from fedjax_sel.metrics.results import atomic_write_bytes
 
 _NAME = re.compile(r"^ckpt_(\d+)\.npz$")
+_TMP_PREFIX = ".tmp-"
+
+# What a truncated or corrupt npz raises when opened or read.
+_UNREADABLE = (zipfile.BadZipFile, EOFError, OSError, KeyError, ValueError)
 
 
 def checkpoint_dir(output_dir: str) -> str:
   return os.path.join(output_dir, "checkpoints")
 
 
-def save(output_dir: str, state, round_index: int, extra: dict | None = None, keep: int = 2):
-  """Saves ``state`` as ``checkpoints/ckpt_<round>.npz`` (atomically)."""
+def _path(output_dir: str, round_index: int) -> str:
+  return os.path.join(checkpoint_dir(output_dir), f"ckpt_{round_index:08d}.npz")
+
+
+def _fsync_dir(folder: str) -> None:
+  try:
+    fd = os.open(folder, os.O_RDONLY)
+  except OSError:  # pragma: no cover (platforms without directory fds)
+    return
+  try:
+    os.fsync(fd)
+  except OSError:  # pragma: no cover
+    pass
+  finally:
+    os.close(fd)
+
+
+def save(
+  output_dir: str, state: Any, round_index: int, extra: dict | None = None, keep: int = 2
+) -> str:
+  """Saves ``state`` as ``checkpoints/ckpt_<round>.npz`` atomically; returns the path.
+
+  Args:
+    output_dir: the run's folder.
+    state: any pytree of arrays (the experiment's ``RoundState``).
+    round_index: the number of rounds done (names the file).
+    extra: JSON-able facts stored alongside (seconds so far, config fingerprint, ...).
+    keep: how many of the newest checkpoints to keep (>= 1).
+  """
   folder = checkpoint_dir(output_dir)
   os.makedirs(folder, exist_ok=True)
+  for name in os.listdir(folder):  # temp files left by a killed writer
+    if name.startswith(_TMP_PREFIX):
+      try:
+        os.remove(os.path.join(folder, name))
+      except FileNotFoundError:
+        pass
   leaves = [np.asarray(x) for x in jax.tree_util.tree_leaves(jax.device_get(state))]
   buf = io.BytesIO()
   arrays = {f"leaf_{i}": leaf for i, leaf in enumerate(leaves)}
   arrays["__extra__"] = np.frombuffer(json.dumps(extra or {}).encode(), np.uint8)
   np.savez(buf, **arrays)
-  atomic_write_bytes(os.path.join(folder, f"ckpt_{round_index:08d}.npz"), buf.getvalue())
-  for r in all_rounds(output_dir)[:-keep]:
+  path = _path(output_dir, round_index)
+  atomic_write_bytes(path, buf.getvalue())
+  _fsync_dir(folder)
+  for r in all_rounds(output_dir)[: -max(keep, 1)]:
     try:
-      os.remove(os.path.join(folder, f"ckpt_{r:08d}.npz"))
+      os.remove(_path(output_dir, r))
     except FileNotFoundError:
       pass
+  return path
 
 
 def all_rounds(output_dir: str) -> list[int]:
+  """Rounds of the checkpoints in ``output_dir``, oldest first."""
   folder = checkpoint_dir(output_dir)
   if not os.path.isdir(folder):
     return []
@@ -54,34 +109,85 @@ def latest_round(output_dir: str) -> int | None:
   return rounds[-1] if rounds else None
 
 
-def restore(output_dir: str, template, round_index: int | None = None):
-  """Returns ``(state, extra)`` from the newest (or the given) checkpoint.
+def clear(output_dir: str) -> None:
+  """Removes every checkpoint of ``output_dir`` (a fresh run must not resume an old one)."""
+  for r in all_rounds(output_dir):
+    os.remove(_path(output_dir, r))
 
-  Raises:
-    FileNotFoundError: no checkpoint in ``output_dir``.
-    ValueError: the checkpoint does not match the template (another config).
-  """
-  if round_index is None:
-    round_index = latest_round(output_dir)
-  if round_index is None:
-    raise FileNotFoundError(f"no checkpoint under {checkpoint_dir(output_dir)}")
-  path = os.path.join(checkpoint_dir(output_dir), f"ckpt_{round_index:08d}.npz")
+
+def _like(ref: Any, arr: np.ndarray) -> Any:
+  """``arr`` placed like the template leaf ``ref`` (sharding, weak type)."""
+  if not isinstance(ref, jax.Array):
+    return arr
+  if ref.weak_type and arr.ndim == 0:
+    out = jnp.asarray(arr.item(), ref.dtype)
+    out = jax.lax.full_like(ref, out)  # full_like keeps the template's weak type
+  else:
+    out = jnp.asarray(arr, ref.dtype)
+  try:
+    return jax.device_put(out, ref.sharding)
+  except (ValueError, RuntimeError):  # pragma: no cover (a deleted/donated template)
+    return out
+
+
+def _read(path: str, template: Any) -> tuple[Any, dict]:
+  """Reads one checkpoint; CheckpointMismatchError when it does not fit ``template``."""
   with np.load(path) as f:
     extra = json.loads(bytes(f["__extra__"]).decode() or "{}")
     leaves, treedef = jax.tree_util.tree_flatten(template)
     if len(f.files) - 1 != len(leaves):
-      raise ValueError(
+      raise CheckpointMismatchError(
         f"checkpoint {path} has {len(f.files) - 1} arrays but this experiment's state has "
         f"{len(leaves)}: it was written by a different configuration"
       )
     restored = []
     for i, ref in enumerate(leaves):
       arr = f[f"leaf_{i}"]
-      ref = np.asarray(ref)
-      if arr.shape != ref.shape or arr.dtype != ref.dtype:
-        raise ValueError(
+      shape, dtype = tuple(np.shape(ref)), np.dtype(ref.dtype)
+      if arr.dtype.kind == "V" and arr.dtype.itemsize == dtype.itemsize:
+        arr = arr.view(dtype)  # npz stores ml_dtypes (bfloat16, fp8) as raw bytes
+      if arr.shape != shape or arr.dtype != dtype:
+        raise CheckpointMismatchError(
           f"checkpoint {path} leaf {i} is {arr.dtype}{list(arr.shape)} but the state "
-          f"expects {ref.dtype}{list(ref.shape)}: it was written by a different configuration"
+          f"expects {dtype}{list(shape)}: it was written by a different configuration"
         )
       restored.append(arr)
-  return jax.tree_util.tree_unflatten(treedef, restored), extra
+  state = jax.tree_util.tree_unflatten(treedef, [_like(r, a) for r, a in zip(leaves, restored)])
+  return state, extra
+
+
+class CheckpointMismatchError(ValueError):
+  """The checkpoint's arrays do not fit the experiment's state (another configuration)."""
+
+
+def restore(output_dir: str, template: Any, round_index: int | None = None) -> tuple[Any, dict]:
+  """Returns ``(state, extra)`` from the newest readable (or the given) checkpoint.
+
+  Args:
+    output_dir: the run's folder.
+    template: a state of the same experiment (e.g. ``Simulation.init(...)``): gives the
+      tree structure, shapes, dtypes and placement.
+    round_index: restore exactly this round (no fallback); default the newest readable.
+
+  Raises:
+    FileNotFoundError: no (readable) checkpoint in ``output_dir``.
+    CheckpointMismatchError: the checkpoint does not match the template (another config).
+  """
+  if round_index is not None:
+    return _read(_path(output_dir, round_index), template)
+  rounds = all_rounds(output_dir)
+  if not rounds:
+    raise FileNotFoundError(f"no checkpoint under {checkpoint_dir(output_dir)}")
+  errors = []
+  for r in reversed(rounds):
+    path = _path(output_dir, r)
+    try:
+      return _read(path, template)
+    except CheckpointMismatchError:
+      raise
+    except _UNREADABLE as e:
+      logging.warning("checkpoint %s is unreadable (%s); trying an older one", path, e)
+      errors.append(f"{os.path.basename(path)}: {e}")
+  raise FileNotFoundError(
+    f"no readable checkpoint under {checkpoint_dir(output_dir)} ({'; '.join(errors)})"
+  )

@@ -31,3 +31,42 @@ def make_projection(key: jax.Array, num_params: int, dim: int) -> jax.Array:
 def sketch(flat_updates: jax.Array, projection: jax.Array) -> jax.Array:
   """f32[M, P] @ f32[P, d] -> f32[M, d]."""
   return flat_updates @ projection
+
+
+def jl_cosine_error_bound(dim: int, num_vectors: int, failure_prob: float = 0.01) -> float:
+  """Worst-case cosine error of a Gaussian ``dim``-dim sketch of ``num_vectors`` vectors.
+
+  With probability >= 1 - ``failure_prob`` every pairwise cosine computed from the
+  sketches is within the returned bound of the exact cosine. Derivation: by
+  Dasgupta & Gupta (2003, Lemma 2.2) a vector's squared norm leaves [1 - e, 1 + e]
+  times its true value with probability <= 2 exp(-dim (e^2/2 - e^3/3) / 2); a union
+  bound over the n vectors u_i and the n (n - 1) vectors u_i +- u_j gives failure
+  probability <= 2 n^2 exp(-dim (e^2/2 - e^3/3) / 2). On that event polarization gives
+  |<Pu, Pv> - <u, v>| <= e for unit u, v, hence |cos_sketch - cos| <= 2 e / (1 - e).
+  The bound is conservative (the typical error is about 1/sqrt(dim)); it is a planning
+  helper, not jitted.
+
+  Args:
+    dim: sketch dimension d.
+    num_vectors: number of vectors n compared pairwise.
+    failure_prob: allowed probability that some pair exceeds the bound.
+
+  Returns:
+    The bound (a Python float; may exceed 1 when ``dim`` is small).
+
+  References:
+    Johnson & Lindenstrauss (1984); Dasgupta & Gupta, Random Struct. Algorithms 2003.
+  """
+  import math
+
+  target = math.log(2 * num_vectors**2 / failure_prob) * 2 / dim
+  lo, hi = 0.0, 1.0
+  if hi**2 / 2 - hi**3 / 3 < target:
+    return math.inf
+  for _ in range(100):
+    mid = (lo + hi) / 2
+    if mid**2 / 2 - mid**3 / 3 >= target:
+      hi = mid
+    else:
+      lo = mid
+  return 2 * hi / (1 - hi) if hi < 1 else math.inf

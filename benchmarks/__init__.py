@@ -1,0 +1,1 @@
+"""Speed and scaling benchmarks (run as ``python -m benchmarks.<name> --json``)."""

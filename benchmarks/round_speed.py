@@ -1,0 +1,349 @@
+r"""Seconds per round of local training: our engine vs per-client loops, side by side.
+
+  python -m benchmarks.round_speed --json                       # the full grid
+  python -m benchmarks.round_speed --json --quick               # tiny settings (smoke test)
+  python -m benchmarks.round_speed --json --models=mlp --cohorts=100 --repeats=7
+
+For each (model, cohort size M), on the same data, initial params, batch order and
+hyper-parameters (Synthetic(0.5, 0.5) for logreg/mlp; random 28x28x1 / 32x32x3 images for
+the CNNs; batch 10, 1 local epoch, plain SGD), it first checks that every implementation
+returns the same deltas (max abs difference <= 1e-4), then times, interleaved, the median
+of ``--repeats`` calls after a warm-up (compile time reported separately):
+
+* ``modes``: the engine's jitted cohort call in each parallelism mode (vmap, map,
+  chunked_c for a few chunk sizes c, auto = ``EngineConfig(parallelism="auto")``), and
+  ``proposed``: chunked with the chunk size of :func:`proposed_chunk_size` (a candidate
+  rule for ``auto``; see notes/speed.md);
+* ``per_client_loop_s``: the engine's own reference, one jitted lax loop per client;
+* ``per_step_loop_s``: one jitted SGD step per dispatch on host-gathered numpy batches
+  (the way FedJAX trains a client);
+* ``torch_loop_s``: a PyTorch per-client loop (null when torch is not importable).
+
+``useful_gflops`` = (real local steps x XLA's FLOPs of one step) / ours_s;
+``matmul_gflops`` = a dense f32 matmul of comparable total FLOPs timed in the same run.
+A mode whose padded work exceeds ``--max_mode_gflop`` is not run (null, with the reason).
+``--round_level`` adds one line per model comparing the full ``Simulation.run_rounds``
+(uniform selection, idl availability, fedavg) with the engine alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from benchmarks import _common as C
+from fedjax_sel.core import engine as engine_lib
+
+MODELS = ("logreg", "mlp", "cnn_mnist", "cnn_cifar")
+
+
+def proposed_chunk_size(
+    counts: np.ndarray, num_selected: int, batch_size: int, local_epochs: int, conv: bool
+) -> int:
+  """A candidate rule for ``auto``: the chunk size with the least expected padded work.
+
+  For each candidate c in {1, 2, 4, ..., M} it sorts a typical cohort's step counts (the
+  quantiles of the population's step distribution), cuts them into chunks of c and counts
+  lane-steps = sum over chunks of c * (chunk's largest step count). It adds a fixed
+  per-chunk overhead (one loop launch and gather, worth ``overhead`` lane-steps) and a
+  per-step cost that shrinks as lanes are batched (vmap amortizes the per-step work of a
+  small model over lanes). Convolutions on CPU gain little from batching lanes, so their
+  lanes cost the same at any c. Returns the c minimizing the estimate.
+  """
+  steps = local_epochs * np.ceil(np.maximum(counts, 1) / batch_size)
+  q = (np.arange(num_selected) + 0.5) / num_selected
+  typical = np.sort(np.quantile(steps, q))[::-1]
+  best, best_cost = num_selected, math.inf
+  c = 1
+  while True:
+    c = min(c, num_selected)
+    num_chunks = -(-num_selected // c)
+    padded = np.concatenate([typical, np.zeros(num_chunks * c - num_selected)])
+    per_chunk_max = padded.reshape(num_chunks, c).max(axis=1)
+    # cost of one loop iteration over a chunk of c lanes: fixed + per-lane part
+    lane_cost = 1.0 if conv else 0.15
+    iter_cost = 1.0 + lane_cost * c
+    cost = float(np.sum(per_chunk_max * iter_cost)) + 20.0 * num_chunks
+    if cost < best_cost:
+      best, best_cost = c, cost
+    if c == num_selected:
+      break
+    c *= 2
+  return int(best)
+
+
+def _mode_list(num_selected: int, chunk_sizes: list[int]) -> list[tuple[str, str, int]]:
+  out = [("vmap", "vmap", 0), ("map", "map", 0)]
+  for c in chunk_sizes:
+    if 1 < c < num_selected:
+      out.append((f"chunked_{c}", "chunked", c))
+  out.append(("auto", "auto", 0))
+  return out
+
+
+def _padded_lane_steps(steps: np.ndarray, chunk: int, sort: bool = True) -> float:
+  m = len(steps)
+  num_chunks = -(-m // chunk)
+  s = np.sort(steps)[::-1] if (sort and chunk < m) else steps
+  s = np.concatenate([s, np.zeros(num_chunks * chunk - m)])
+  return float(np.sum(s.reshape(num_chunks, chunk).max(axis=1)) * chunk)
+
+
+def bench_config(model_name: str, num_selected: int, args) -> dict:
+  """One (model, cohort) configuration: equivalence check, then interleaved timings."""
+  data = C.make_data(model_name, num_selected, seed=args.seed)
+  model = C.make_model(model_name, data)
+  params = model.init(jax.random.PRNGKey(args.seed))
+  cohort = np.arange(num_selected, dtype=np.int32)
+  valid = np.ones(num_selected, bool)
+  key = jax.random.PRNGKey(args.seed + 1)
+  lr = jnp.float32(args.lr)
+  b, e = args.batch_size, args.local_epochs
+  train_x, train_y = jnp.asarray(data.x), jnp.asarray(data.y)
+  batches = C.engine_batches(data, cohort, key, b, e)
+  steps = batches[2]
+  useful_steps = float(steps.sum())
+  step_flops = C.flops_per_step(model, b)
+
+  record: dict = {
+      "kind": "engine",
+      "model": model_name,
+      "clients_per_round": num_selected,
+      "local_epochs": e,
+      "batch_size": b,
+      "examples": int(data.counts.sum()),
+      "useful_steps": useful_steps,
+      "max_steps": int(steps.max()),
+      "flops_per_step": step_flops,
+      "modes": {},
+      "compile_s": {},
+      "useful_step_fraction_by_mode": {},
+      "chunk_size_by_mode": {},
+      "skipped": {},
+      "max_abs_diff": {},
+  }
+
+  modes = _mode_list(num_selected, args.chunk_sizes)
+  proposed = proposed_chunk_size(data.counts, num_selected, b, e, model.conv)
+  modes.append(("proposed", "chunked" if proposed < num_selected else "vmap", proposed))
+  record["proposed_chunk_size"] = proposed
+  fns: dict = {}
+  reference = None
+  per_client = None
+  aux = jnp.asarray(cohort)
+  call_args = (params, jnp.asarray(cohort), jnp.asarray(valid), key, lr, aux)
+  for name, mode, chunk in modes:
+    trainer = C.build_trainer(
+        model, data, num_selected, mode, chunk, b, e, train_x=train_x, train_y=train_y
+    )
+    record["chunk_size_by_mode"][name] = int(trainer.chunk_size)
+    lane_steps = _padded_lane_steps(steps, trainer.chunk_size)
+    est_gflop = lane_steps * step_flops / 1e9
+    if est_gflop > args.max_mode_gflop:
+      record["modes"][name] = None
+      record["skipped"][name] = f"padded work {est_gflop:.0f} GFLOP > --max_mode_gflop"
+      record["useful_step_fraction_by_mode"][name] = useful_steps / lane_steps
+      continue
+    compiled, secs = C.compile_timed(trainer, *call_args)
+    record["compile_s"][name] = round(secs, 3)
+    out = C.block(compiled(*call_args))
+    record["useful_step_fraction_by_mode"][name] = useful_steps / float(out.padded_steps)
+    if reference is None:
+      reference = out.deltas
+    else:
+      record["max_abs_diff"][name] = C.assert_close(name, out.deltas, reference, args.atol)
+    fns[name] = lambda compiled=compiled: compiled(*call_args)
+    if per_client is None:
+      per_client = trainer.per_client_loop
+  if per_client is None:  # every mode skipped: still time the reference loops
+    per_client = C.build_trainer(
+        model, data, num_selected, "map", 0, b, e, train_x=train_x, train_y=train_y
+    ).per_client_loop
+
+  loops: dict = {}
+  loops["per_client_loop"] = lambda: per_client(params, cohort, valid, key, lr, cohort).deltas
+  if useful_steps <= args.max_loop_steps:
+    loops["per_step_loop"] = C.make_per_step_loop(model, data, batches, args.lr)
+  else:
+    record["skipped"]["per_step_loop"] = f"{useful_steps:.0f} steps > --max_loop_steps"
+  if C.torch_available() and not args.no_torch and useful_steps <= args.max_loop_steps:
+    loops["torch_loop"], record["torch_threads"] = C.make_torch_loop(
+        model_name, data, batches, args.lr
+    )
+  elif not C.torch_available():
+    record["skipped"]["torch_loop"] = "torch not importable"
+  for name, fn in loops.items():
+    t0 = time.perf_counter()
+    if name == "per_client_loop":
+      out = fn()
+    else:
+      out = fn(params, cohort)
+    record["compile_s"][name] = round(time.perf_counter() - t0, 3)  # first call (+compile)
+    if reference is None:
+      reference = out
+    else:
+      record["max_abs_diff"][name] = C.assert_close(name, out, reference, args.atol)
+    if name != "per_client_loop":
+      fns[name] = lambda fn=fn: fn(params, cohort)
+    else:
+      fns[name] = fn
+
+  timings = C.interleaved_medians(fns, args.repeats, warmup=1)
+  for name, _, _ in modes:
+    if name in timings:
+      record["modes"][name] = timings[name]["median_s"]
+  record["samples_s"] = {k: v["samples_s"] for k, v in timings.items()}
+  get = lambda k: timings[k]["median_s"] if k in timings else None
+  record["ours_s"] = get("auto")
+  record["proposed_s"] = get("proposed")
+  record["per_client_loop_s"] = get("per_client_loop")
+  record["per_step_loop_s"] = get("per_step_loop")
+  record["torch_loop_s"] = get("torch_loop")
+  record["useful_step_fraction"] = record["useful_step_fraction_by_mode"].get("auto")
+  useful_flops = useful_steps * step_flops
+  ours = record["ours_s"]
+  record["useful_gflops"] = useful_flops / ours / 1e9 if ours else None
+  record["useful_gflops_by_mode"] = {
+      k: (useful_flops / v / 1e9 if v else None) for k, v in record["modes"].items()
+  }
+  record["matmul_gflops"], record["matmul_n"] = C.matmul_gflops(useful_flops)
+  best = min((v, k) for k, v in record["modes"].items() if v)
+  record["best_mode"], record["best_mode_s"] = best[1], best[0]
+
+  def ratio(a, bkey):
+    return record[a] / record[bkey] if record.get(a) and record.get(bkey) else None
+
+  record["speedup_vs_per_client_loop"] = ratio("per_client_loop_s", "ours_s")
+  record["speedup_vs_per_step_loop"] = ratio("per_step_loop_s", "ours_s")
+  record["speedup_vs_torch"] = ratio("torch_loop_s", "ours_s")
+  record["machine"] = C.machine_info()
+  return record
+
+
+def bench_round_level(model_name: str, args) -> dict:
+  """Seconds per round of ``Simulation.run_rounds`` vs the engine's cohort call alone."""
+  from fedjax_sel import experiment
+
+  num_clients, num_selected = args.round_clients, args.round_selected
+  c = experiment.default_config()
+  c.model = model_name
+  c.dataset = "synthetic" if model_name in ("logreg", "mlp") else c.dataset
+  c.num_clients = num_clients
+  c.clients_per_round = num_selected
+  c.availability, c.selection, c.aggregator = "idl", "uniform", "fedavg"
+  c.batch_size, c.local_epochs = args.batch_size, args.local_epochs
+  c.client_lr, c.lr_decay = args.lr, 1.0
+  sim, _ = experiment.build(c)
+  state = sim.init(args.seed)
+  rounds = args.round_rounds
+  t0 = time.perf_counter()
+  state, _ = sim.run_rounds(state, rounds)
+  C.block(state)
+  compile_s = time.perf_counter() - t0
+  trainer = jax.jit(sim.trainer)
+  rng = np.random.default_rng(args.seed)
+  cohort = jnp.asarray(rng.choice(num_clients, num_selected, replace=False).astype(np.int32))
+  valid = jnp.ones(num_selected, bool)
+  key = jax.random.PRNGKey(3)
+  lr = jnp.float32(args.lr)
+  C.block(trainer(state.params, cohort, valid, key, lr, cohort))
+  holder = {"state": state}
+
+  def run_block():
+    holder["state"], m = sim.run_rounds(holder["state"], rounds)
+    return holder["state"].params
+
+  timings = C.interleaved_medians(
+      {
+          "run_rounds": run_block,
+          "engine": lambda: trainer(holder["state"].params, cohort, valid, key, lr, cohort),
+      },
+      args.repeats,
+      warmup=0,
+  )
+  per_round = timings["run_rounds"]["median_s"] / rounds
+  engine_s = timings["engine"]["median_s"]
+  return {
+      "kind": "round",
+      "model": model_name,
+      "num_clients": num_clients,
+      "clients_per_round": num_selected,
+      "local_epochs": args.local_epochs,
+      "availability": "idl",
+      "selection": "uniform",
+      "aggregator": "fedavg",
+      "rounds_per_call": rounds,
+      "round_s": per_round,
+      "engine_s": engine_s,
+      "overhead_fraction": (per_round - engine_s) / per_round,
+      "compile_s": round(compile_s, 3),
+      "chunk_size": int(sim.trainer.chunk_size),
+      "machine": C.machine_info(),
+  }
+
+
+def parse_args(argv=None):
+  p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+  p.add_argument("--models", default=",".join(MODELS), help="comma-separated model names")
+  p.add_argument("--cohorts", default="10,100,1000", help="cohort sizes M for logreg/mlp")
+  p.add_argument("--cnn_cohorts", default="10", help="cohort sizes M for the CNNs")
+  p.add_argument("--chunk_sizes", default="4,8,16,32", help="chunk sizes for chunked mode")
+  p.add_argument("--batch_size", type=int, default=10)
+  p.add_argument("--local_epochs", type=int, default=1)
+  p.add_argument("--lr", type=float, default=0.05)
+  p.add_argument("--repeats", type=int, default=5)
+  p.add_argument("--seed", type=int, default=0)
+  p.add_argument("--atol", type=float, default=1e-4)
+  p.add_argument("--max_mode_gflop", type=float, default=40.0)
+  p.add_argument("--max_loop_steps", type=float, default=40000)
+  p.add_argument("--no_torch", action="store_true")
+  p.add_argument("--round_level", action="store_true", help="also time Simulation.run_rounds")
+  p.add_argument("--round_clients", type=int, default=1000)
+  p.add_argument("--round_selected", type=int, default=100)
+  p.add_argument("--round_rounds", type=int, default=10)
+  p.add_argument("--quick", action="store_true", help="tiny settings for a smoke test")
+  p.add_argument("--json", action="store_true", help="one JSON object per configuration")
+  args = p.parse_args(argv)
+  args.models = [m for m in args.models.split(",") if m]
+  args.cohorts = [int(v) for v in args.cohorts.split(",") if v]
+  args.cnn_cohorts = [int(v) for v in args.cnn_cohorts.split(",") if v]
+  args.chunk_sizes = [int(v) for v in args.chunk_sizes.split(",") if v]
+  if args.quick:
+    args.cohorts, args.cnn_cohorts, args.chunk_sizes = [4], [2], [2]
+    args.repeats, args.round_clients, args.round_selected, args.round_rounds = 1, 8, 4, 2
+  for m in args.models:
+    if m not in MODELS:
+      raise SystemExit(f"unknown model {m!r}; allowed: {', '.join(MODELS)}")
+  return args
+
+
+def _emit(record: dict, as_json: bool) -> None:
+  if as_json:
+    print(json.dumps(record), flush=True)
+  else:
+    keys = ("model", "clients_per_round", "ours_s", "proposed_s", "per_client_loop_s",
+            "per_step_loop_s", "torch_loop_s", "useful_step_fraction", "useful_gflops",
+            "matmul_gflops", "round_s", "engine_s")
+    print("  ".join(f"{k}={record[k]}" for k in keys if k in record), flush=True)
+
+
+def main(argv=None) -> int:
+  args = parse_args(argv)
+  for model_name in args.models:
+    cohorts = args.cnn_cohorts if model_name.startswith("cnn") else args.cohorts
+    for m in cohorts:
+      _emit(bench_config(model_name, m, args), args.json)
+    if args.round_level and model_name in ("logreg", "mlp"):
+      _emit(bench_round_level(model_name, args), args.json)
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,519 @@
+r"""FedEMD (Huang et al.): client selection with Mavericks -- R@99 and Maverick participation.
+
+  python -m experiments.fedemd --output_dir=runs/fedemd
+  python -m experiments.fedemd --quick --output_dir=/tmp/fedemd
+  python -m experiments.fedemd --data_dir=~/tensorflow_datasets --output_dir=runs/fedemd_fmnist
+
+50 clients, 5 selected per round (always available), FedAvg, one local epoch. Mavericks
+(clients 0..m-1) own whole classes: with ``k_excl`` each of the k Mavericks owns all the
+examples of its own class; with ``k_shared`` the k Mavericks split one class equally. The
+other clients share the remaining classes i.i.d. in equal parts. Methods: Random (uniform),
+Shapley-value-based selection (SVB) and FedEMD.
+
+R@99 (Sec. 5, App. A.5): the first round at which a method's test accuracy reaches 99 % of
+the highest test accuracy reached by Random selection in the same scenario and seed;
+averaged over seeds; ">T" when it is never reached within the T rounds.
+
+Writes ``r99.{csv,md}`` (methods x scenarios), ``final_accuracy.{csv,md}``,
+``maverick_share.{csv,md}`` (share of all selections that went to Mavericks),
+``fig4_r99.png`` (R@99 against the number of exclusive / shared Mavericks, the paper's
+Fig. 4), ``accuracy_<scenario>.png`` (Fig. 3-style curves) and ``participation.png``
+(cumulative Maverick selections over rounds; also ``participation.{csv,md}``) to
+--output_dir.
+
+References:
+  Huang, Hong, Chen, Roos, "Is Shapley Value fair? Improving Client Selection for Mavericks
+  in Federated Learning", Sec. 5, Table 1, Fig. 3-4, App. A.4-A.10.
+"""
+
+from __future__ import annotations
+
+import os
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+from experiments import common
+from fedjax_sel import experiment
+from fedjax_sel.data.federated import FederatedData, split_from_indices
+from fedjax_sel.data.loaders import num_local_test
+from fedjax_sel.metrics import results
+
+METHODS = {"random": "Random", "shapley": "Shapley (SVB)", "fedemd": "FedEMD"}
+SELECTION = {"random": "uniform", "shapley": "shapley", "fedemd": "fedemd"}
+TINY_ENV = "FEDJAX_SEL_TINY"
+
+
+# ----------------------------------------------------------------------------- data
+
+
+def parse_scenario(name: str) -> tuple[int, bool]:
+  """``"2_excl"`` -> (2, False); ``"3_shared"`` -> (3, True)."""
+  try:
+    count, kind = name.split("_")
+    count = int(count)
+  except ValueError:
+    raise ValueError(f"scenario {name!r} must look like '1_excl' or '2_shared'") from None
+  if kind not in ("excl", "shared") or count < 1:
+    raise ValueError(f"scenario {name!r}: allowed '<k>_excl' or '<k>_shared' with k >= 1")
+  return count, kind == "shared"
+
+
+def maverick_partition(
+  labels: np.ndarray,
+  num_clients: int,
+  num_mavericks: int,
+  shared: bool,
+  maverick_classes: tuple[int, ...],
+  rng: np.random.Generator,
+) -> list[np.ndarray]:
+  """Index lists of a Maverick partition (FedEMD Def. 3.1, Sec. 5.2, App. A.4).
+
+  Clients ``0..num_mavericks-1`` are the Mavericks. Exclusive: Maverick j holds every
+  example of class ``maverick_classes[j]``. Shared: the Mavericks split every example of
+  ``maverick_classes[0]`` equally. The examples of all other classes are shuffled and split
+  into equal parts (sizes differ by at most one) among the ``num_clients - num_mavericks``
+  other clients, so each non-Maverick has a balanced distribution over the remaining
+  classes. With C balanced classes an exclusive Maverick holds about (N - k) / (C - k)
+  times the data of a non-Maverick (5.4x for N = 50, C = 10, k = 1), close to FedEMD App.
+  A.4's "the Maverick owns K times as much data as the other clients" (K = 5 selected).
+
+  Args:
+    labels: i32[n] pool labels.
+    num_clients: N > num_mavericks.
+    num_mavericks: k >= 1.
+    shared: the Mavericks share one class instead of owning one each.
+    maverick_classes: at least k classes (exclusive) or 1 class (shared).
+    rng: numpy generator.
+
+  Returns:
+    N index arrays into ``labels``.
+  """
+  labels = np.asarray(labels)
+  if not 1 <= num_mavericks < num_clients:
+    raise ValueError(
+      f"num_mavericks={num_mavericks} is out of range; allowed: [1, num_clients - 1]"
+    )
+  owned = [int(maverick_classes[0])] if shared else [int(c) for c in maverick_classes]
+  if not shared and len(owned) < num_mavericks:
+    raise ValueError(
+      f"{num_mavericks} exclusive Mavericks need {num_mavericks} maverick_classes; "
+      f"got {tuple(maverick_classes)}"
+    )
+  owned = owned[: 1 if shared else num_mavericks]
+  parts: list[np.ndarray] = []
+  if shared:
+    pool = rng.permutation(np.flatnonzero(labels == owned[0]))
+    parts.extend(np.array_split(pool, num_mavericks))
+  else:
+    parts.extend(rng.permutation(np.flatnonzero(labels == c)) for c in owned)
+  rest = rng.permutation(np.flatnonzero(~np.isin(labels, owned)))
+  parts.extend(np.array_split(rest, num_clients - num_mavericks))
+  return [np.asarray(p, np.int64) for p in parts]
+
+
+def load_pool(dataset: str, data_dir: str):
+  """``(x, y, test_x, test_y, num_classes)`` of ``digits`` or a TFDS dataset."""
+  if dataset == "digits":
+    from fedjax_sel.data.digits import NUM_CLASSES, load_digits
+
+    (x, y), (tx, ty) = load_digits("train"), load_digits("test")
+    return x, y, tx, ty, NUM_CLASSES
+  from fedjax_sel.data import tfds_loaders
+
+  x, y = tfds_loaders.load_tfds(dataset, data_dir or None, "train")
+  tx, ty = tfds_loaders.load_tfds(dataset, data_dir or None, "test")
+  return x, y, tx, ty, tfds_loaders.num_classes(dataset)
+
+
+def maverick_data(config: ml_collections.ConfigDict, scenario: str, pool=None) -> FederatedData:
+  """The FederatedData of one scenario (partition seed ``base.data_seed``)."""
+  base = config.base
+  x, y, tx, ty, num_classes = pool if pool is not None else load_pool(base.dataset, base.data_dir)
+  k, shared = parse_scenario(scenario)
+  rng = np.random.default_rng(base.data_seed)
+  parts = maverick_partition(y, base.num_clients, k, shared, tuple(config.maverick_classes), rng)
+  train_idx, test_idx = [], []
+  for idx in parts:
+    idx = rng.permutation(idx)
+    n_test = num_local_test(len(idx), float(base.test_fraction))
+    test_idx.append(idx[:n_test])
+    train_idx.append(idx[n_test:])
+  return FederatedData(
+    train=split_from_indices(x, y, train_idx),
+    test=split_from_indices(x, y, test_idx),
+    test_x=np.asarray(tx, np.float32),
+    test_y=np.asarray(ty, np.int32),
+    num_classes=int(num_classes),
+    name=f"{base.dataset}/mavericks({scenario})",
+    extras={"partition": "mavericks", "mavericks": list(range(k)), "shared": shared},
+  )
+
+
+# ----------------------------------------------------------------------------- study
+
+
+def prepare_config(
+  config: ml_collections.ConfigDict, *, quick: bool = False, rounds: int = 0, data_dir: str = ""
+) -> ml_collections.ConfigDict:
+  """The study config after --quick, --rounds and --data_dir (a copy)."""
+  c = ml_collections.ConfigDict(config.to_dict())
+  unknown = sorted(set(c.methods) - set(METHODS))
+  if unknown:
+    raise ValueError(f"unknown method(s) {unknown}; known: {', '.join(METHODS)}")
+  if "random" not in c.methods:
+    raise ValueError("methods must include 'random': R@99 is relative to Random selection")
+  for s in c.scenarios:
+    parse_scenario(s)
+  if quick:
+    c.base.rounds = c.quick_rounds
+    c.scenarios = tuple(c.quick_scenarios)
+    c.trace_shapley = False
+  if rounds:
+    c.base.rounds = int(rounds)
+  if data_dir:
+    c.base.data_dir = data_dir
+    if c.base.dataset == "digits":
+      c.base.dataset = c.real_dataset
+      c.base.model = c.real_model
+  return c
+
+
+def cell_config(config: ml_collections.ConfigDict, method: str) -> ml_collections.ConfigDict:
+  c = ml_collections.ConfigDict(config.base.to_dict())
+  c.selection = SELECTION[method]
+  hp = {}
+  if method == "fedemd":
+    hp = {"alpha": float(config.fedemd_alpha), "beta": float(config.fedemd_beta)}
+  elif method == "shapley":
+    hp = {"num_permutations": int(config.shapley_permutations)}
+  c.selection_hparams = ml_collections.ConfigDict(hp)
+  return c
+
+
+def rounds_to_reach(history: list[dict], target: float) -> int | None:
+  """The first evaluated round whose test accuracy is >= target (None if none is)."""
+  for record in history:
+    if record["test_accuracy"] >= target:
+      return int(record["round"])
+  return None
+
+
+def r_at(
+  histories: list[list[dict]], random_histories: list[list[dict]], fraction: float = 0.99
+) -> list[int | None]:
+  """R@A per seed: rounds to reach ``fraction`` x Random's best accuracy (same seed)."""
+  out = []
+  for h, ref in zip(histories, random_histories, strict=True):
+    target = fraction * max(r["test_accuracy"] for r in ref)
+    out.append(rounds_to_reach(h, target))
+  return out
+
+
+def format_rounds(values: list[int | None], num_rounds: int) -> str:
+  """``"mean ± std"`` over the seeds that reached the target; ``">T"`` if none did."""
+  reached = [v for v in values if v is not None]
+  if not reached:
+    return f">{num_rounds}"
+  text = common.fmt(*common.mean_std(reached), 1)
+  if len(reached) < len(values):
+    text += f" ({len(reached)}/{len(values)} seeds reached; >{num_rounds} for the rest)"
+  return text
+
+
+def replay_selection(cfg: ml_collections.ConfigDict, dataset: FederatedData, seed: int):
+  """The cohorts a run of ``cfg`` picks, without training (selection that ignores training).
+
+  Starts from the run's own ``Simulation.init`` state (keys, availability and selection
+  states) and repeats the selection part of ``_round_step``: round t selects with
+  ``split(fold_in(state.key, t))[0]`` among the clients drawn with
+  ``fold_in(state.availability_key, t)``. Exact for strategies whose state does not depend
+  on the local updates (uniform, fedemd, md, ...); the tests compare it with the run's
+  sampling counts.
+
+  Returns:
+    (cohort i32[T, M], valid bool[T, M]).
+  """
+  sim, _ = experiment.build(cfg, dataset)
+  state = sim.init(seed, None if cfg.availability_seed < 0 else cfg.availability_seed)
+
+  def step(carry, t):
+    av_state, sel_state = carry
+    k_sel_t, _ = jax.random.split(jax.random.fold_in(state.key, t))
+    probs = sim.availability.probs(av_state, t)
+    avail, av_state = sim.availability.sample(
+      av_state, jax.random.fold_in(state.availability_key, t), t
+    )
+    ctx = sim.context(state.replace(round=t), probs)
+    chosen, sel_state = sim.selection.select(sel_state, k_sel_t, avail, t, ctx)
+    return (av_state, sel_state), (chosen.cohort, chosen.valid)
+
+  init = (state.availability_state, state.selection_state)
+  _, (cohorts, valid) = jax.jit(
+    lambda c: jax.lax.scan(step, c, jnp.arange(cfg.rounds, dtype=jnp.int32))
+  )(init)
+  return np.asarray(cohorts), np.asarray(valid)
+
+
+def traced_selection(cfg: ml_collections.ConfigDict, dataset: FederatedData, seed: int):
+  """The per-round selection counts of a real run (trains; for Shapley): i32[T, N]."""
+  sim, _ = experiment.build(cfg, dataset)
+  state = sim.init(seed, None if cfg.availability_seed < 0 else cfg.availability_seed)
+  rows, before = [], np.zeros(sim.num_clients, np.int64)
+  for _ in range(cfg.rounds):
+    state, _ = sim.run_rounds(state, 1)
+    now = np.asarray(state.sampling_counts, np.int64)
+    rows.append(now - before)
+    before = now
+  return np.stack(rows)
+
+
+def counts_per_round(cohorts: np.ndarray, valid: np.ndarray, num_clients: int) -> np.ndarray:
+  """i32[T, N] selections per round and client from cohorts i32[T, M], valid bool[T, M]."""
+  out = np.zeros((cohorts.shape[0], num_clients), np.int64)
+  for t in range(cohorts.shape[0]):
+    np.add.at(out[t], cohorts[t][valid[t]], 1)
+  return out
+
+
+def run_study(
+  config: ml_collections.ConfigDict,
+  output_dir: str,
+  seeds: list[int],
+  *,
+  resume: bool = True,
+) -> dict:
+  """Runs every (scenario, method) cell for every seed; writes tables and figures."""
+  os.makedirs(output_dir, exist_ok=True)
+  base = config.base
+  pool = load_pool(base.dataset, base.data_dir)
+  data = {s: maverick_data(config, s, pool) for s in config.scenarios}
+  runs = {}
+  for s in config.scenarios:
+    for m in config.methods:
+      runs[s, m] = common.run_cell(
+        cell_config(config, m),
+        os.path.join(output_dir, "cells", f"{s}_{m}"),
+        seeds,
+        dataset_fn=lambda c, d=data[s]: d,
+        resume=resume,
+      )
+  rounds_total = int(base.rounds)
+  setup = f"{base.dataset}, N={base.num_clients}, M={base.clients_per_round}, {base.model}"
+  scen = list(config.scenarios)
+  header = ["method"] + [s.replace("_", " ") for s in scen]
+  r99 = {}
+  for s in scen:
+    ref = [h for _, h in runs[s, "random"]]
+    for m in config.methods:
+      r99[s, m] = r_at([h for _, h in runs[s, m]], ref, float(config.target))
+  r99_rows = [
+    [METHODS[m]] + [format_rounds(r99[s, m], rounds_total) for s in scen] for m in config.methods
+  ]
+  pct = f"{100 * config.target:g}"
+  md = results.write_table(
+    os.path.join(output_dir, "r99"),
+    header,
+    r99_rows,
+    f"FedEMD Fig. 4 / Table 1: R@{pct} (rounds to {pct} % of Random's best accuracy; "
+    f"mean ± std over seeds {seeds}), {setup}, {rounds_total} rounds",
+  )
+  acc_rows = [
+    [METHODS[m]]
+    + [
+      common.fmt(*common.mean_std([100 * r[0]["final_test_accuracy"] for r in runs[s, m]]), 2)
+      for s in scen
+    ]
+    for m in config.methods
+  ]
+  md += "\n" + results.write_table(
+    os.path.join(output_dir, "final_accuracy"),
+    header,
+    acc_rows,
+    f"FedEMD: final test accuracy (%) after {rounds_total} rounds, {setup}",
+  )
+  share_rows = []
+  for m in config.methods:
+    row = [METHODS[m]]
+    for s in scen:
+      mav = data[s].extras["mavericks"]
+      shares = []
+      for summary, _ in runs[s, m]:
+        counts = np.asarray(summary["sampling_counts"], np.float64)
+        shares.append(100 * counts[mav].sum() / max(counts.sum(), 1))
+      row.append(common.fmt(*common.mean_std(shares), 2))
+    share_rows.append(row)
+  fair = ", ".join(f"{s}: {100 * parse_scenario(s)[0] / base.num_clients:g} %" for s in scen)
+  md += "\n" + results.write_table(
+    os.path.join(output_dir, "maverick_share"),
+    header,
+    share_rows,
+    f"FedEMD: share of all selections that went to Mavericks (%) (uniform expectation {fair})",
+  )
+
+  figures = []
+  for s in scen:
+    curves = {}
+    for m in config.methods:
+      x, y = common.mean_curve([h for _, h in runs[s, m]], "test_accuracy")
+      curves[METHODS[m]] = (x, [100 * v for v in y])
+    path = os.path.join(output_dir, f"accuracy_{s}.png")
+    results.plot_curves(
+      curves,
+      path,
+      f"FedEMD: {s.replace('_', ' ')} Maverick(s), {setup}, FedAvg, mean of {len(seeds)} seed(s)",
+      "test accuracy (%)",
+    )
+    figures.append(path)
+  path = os.path.join(output_dir, "fig4_r99.png")
+  plot_r99(
+    r99,
+    scen,
+    list(config.methods),
+    rounds_total,
+    path,
+    f"FedEMD Fig. 4: R@{pct} vs number of Mavericks ({setup})",
+  )
+  figures.append(path)
+
+  s = config.participation_scenario if config.participation_scenario in scen else scen[0]
+  traces, mav = {}, data[s].extras["mavericks"]
+  seed = seeds[0]
+  for m in config.methods:
+    cfg = cell_config(config, m)
+    cfg.seed = seed
+    if m == "shapley":
+      if not config.trace_shapley:
+        continue
+      per_round = traced_selection(cfg, data[s], seed)
+    else:
+      cohorts, valid = replay_selection(cfg, data[s], seed)
+      per_round = counts_per_round(cohorts, valid, base.num_clients)
+    final = np.asarray(runs[s, m][seeds.index(seed)][0]["sampling_counts"])
+    if not np.array_equal(per_round.sum(0), final):
+      logging.warning("participation trace of %s differs from its run's sampling counts", m)
+    traces[METHODS[m]] = np.cumsum(per_round[:, mav].sum(1))
+  names = list(traces)
+  results.write_table(
+    os.path.join(output_dir, "participation"),
+    ["round"] + names,
+    [[t + 1] + [int(traces[n][t]) for n in names] for t in range(int(base.rounds))],
+    f"FedEMD: cumulative Maverick selections, {s}, seed {seed}",
+  )
+  path = os.path.join(output_dir, "participation.png")
+  plot_participation(
+    traces,
+    len(mav) * base.clients_per_round / base.num_clients,
+    path,
+    f"FedEMD: Maverick participation, {s.replace('_', ' ')}, {setup}, seed {seed}",
+  )
+  figures.append(path)
+  return {
+    "r99": (header, r99_rows),
+    "final_accuracy": (header, acc_rows),
+    "maverick_share": (header, share_rows),
+    "r99_values": r99,
+    "participation": traces,
+    "markdown": md,
+    "figures": figures,
+    "runs": runs,
+  }
+
+
+def plot_r99(r99, scenarios, methods, num_rounds, path, title) -> None:
+  """R@99 against the number of Mavericks, exclusive and shared panels (Fig. 4)."""
+  import matplotlib
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
+  for ax, shared, label in ((axes[0], False, "exclusive"), (axes[1], True, "shared")):
+    # One exclusive Maverick is also the one-Maverick point of the shared panel.
+    ks = sorted(
+      {
+        parse_scenario(s)[0]
+        for s in scenarios
+        if parse_scenario(s)[1] == shared or parse_scenario(s)[0] == 1
+      }
+    )
+    for j, m in enumerate(methods):
+      xs, ys, es = [], [], []
+      for k in ks:
+        name = f"{k}_{'shared' if shared and k > 1 else 'excl'}"
+        if name not in scenarios:
+          continue
+        vals = [v if v is not None else num_rounds for v in r99[name, m]]
+        xs.append(k + 0.08 * (j - 1))
+        ys.append(np.mean(vals))
+        es.append(np.std(vals))
+      if xs:
+        ax.errorbar(xs, ys, yerr=es, marker="o", capsize=3, label=METHODS[m])
+    ax.set_xlabel(f"number of {label} Mavericks")
+    ax.set_xticks(ks)
+    ax.grid(alpha=0.3)
+    ax.set_title(f"{label} Mavericks")
+  axes[0].set_ylabel(f"R@99 (communication rounds; {num_rounds} = not reached)")
+  axes[1].legend(fontsize=8)
+  fig.suptitle(title, fontsize=10)
+  results.save_figure(fig, path)
+  plt.close(fig)
+
+
+def plot_participation(traces: dict, uniform_rate: float, path: str, title: str) -> None:
+  """Cumulative selections of the Mavericks against rounds, one line per method."""
+  import matplotlib
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  fig, ax = plt.subplots(figsize=(6.4, 4.2))
+  num_rounds = 1
+  for name, cum in traces.items():
+    rounds = np.arange(1, len(cum) + 1)
+    num_rounds = max(num_rounds, len(cum))
+    ax.plot(rounds, cum, label=name)
+  r = np.arange(1, num_rounds + 1)
+  ax.plot(r, uniform_rate * r, "k--", lw=1, label="uniform expectation")
+  ax.set_xlabel("communication round")
+  ax.set_ylabel("cumulative Maverick selections (count)")
+  ax.set_title(title, fontsize=9)
+  ax.grid(alpha=0.3)
+  ax.legend(fontsize=8)
+  results.save_figure(fig, path)
+  plt.close(fig)
+
+
+# ----------------------------------------------------------------------------- binary
+
+_DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "fedemd.py")
+FLAGS = flags.FLAGS
+
+
+def define_flags() -> None:
+  """The binary's flags (defined in ``__main__`` only, so importing this module is safe)."""
+  common.define_flags(default_seeds="0,1,2")
+  config_flags.DEFINE_config_file("config", _DEFAULT_CONFIG, "study config (ml_collections)")
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  quick = FLAGS.quick or bool(os.environ.get(TINY_ENV))
+  seeds = common.parse_seeds(FLAGS.seeds)
+  if quick and not FLAGS["seeds"].present:
+    seeds = seeds[:1]
+  config = prepare_config(FLAGS.config, quick=quick, rounds=FLAGS.rounds, data_dir=FLAGS.data_dir)
+  out = run_study(config, FLAGS.output_dir or "runs/fedemd", seeds, resume=FLAGS.resume)
+  print(out["markdown"])
+  print(f"figures: {', '.join(out['figures'])}")
+  logging.info("done")
+
+
+if __name__ == "__main__":
+  define_flags()
+  app.run(main)

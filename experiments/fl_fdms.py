@@ -1,0 +1,384 @@
+r"""FL-FDMS (Wang & Xu): friend model substitution for dropped clients, clustered set-up.
+
+  python -m experiments.fl_fdms --output_dir=runs/fl_fdms
+  python -m experiments.fl_fdms --quick --output_dir=/tmp/fl_fdms
+  python -m experiments.fl_fdms --data_dir=~/tensorflow_datasets --output_dir=runs/fl_fdms_mnist
+
+20 clients in 5 clusters (``clustered`` partition); every round exactly floor(alpha N)
+clients drop (``cluster_dropout`` in ``fl_fdms`` mode: each cluster keeps one active client,
+the paper's Assumption 5). Methods: Full (no dropout, oracle), Dropout, Stale, FL-FDMS and
+FL-FDMS with complexity reduction (CR) at Theta_t (Case 1) and 0.5 Theta_t (Case 2).
+
+Writes to --output_dir: ``accuracy.{csv,md}`` (final test accuracy, methods x alpha),
+``convergence.{csv,md}`` (mean accuracy over rounds, rounds to ``convergence_target``),
+``complexity.{csv,md}`` (share of pairwise similarity computations saved by CR, from the
+fdms aggregator's ``pairs_saved`` / ``pairs_computed`` counters), ``fig1_alpha<a>.png``
+(accuracy curves, the paper's Fig. 1), ``fig4_similarity.png`` (final similarity scores,
+Fig. 4) and ``cells/<cell>/seed<k>/`` (one run each).
+
+References:
+  Wang & Xu, "Combating Client Dropout in Federated Learning via Friend Model Substitution",
+  Sec. 6, Figs. 1, 4 and 5.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+import jax
+import ml_collections
+import numpy as np
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+from experiments import common
+from fedjax_sel import experiment
+from fedjax_sel.core import checkpoint
+from fedjax_sel.metrics import results
+
+METHODS = {
+  "full": "Full",
+  "dropout": "Dropout",
+  "stale": "Stale",
+  "fdms": "FL-FDMS",
+  "fdms_cr": "FL-FDMS + CR (Θ_t, Case 1)",
+  "fdms_cr_half": "FL-FDMS + CR (0.5 Θ_t, Case 2)",
+}
+CR_METHODS = ("fdms", "fdms_cr", "fdms_cr_half")
+TINY_ENV = "FEDJAX_SEL_TINY"
+
+
+def prepare_config(
+  config: ml_collections.ConfigDict, *, quick: bool = False, rounds: int = 0, data_dir: str = ""
+) -> ml_collections.ConfigDict:
+  """The study config after --quick, --rounds and --data_dir (a copy; the input is unchanged).
+
+  With ``data_dir`` the base dataset/model become ``real_dataset``/``real_model`` (the
+  paper's MNIST + CNN) unless the config already names a TFDS dataset.
+  """
+  c = ml_collections.ConfigDict(config.to_dict())
+  unknown = sorted(set(c.methods) - set(METHODS))
+  if unknown:
+    raise ValueError(f"unknown method(s) {unknown}; known: {', '.join(METHODS)}")
+  for a in c.alphas:
+    if not 0.0 <= float(a) < 1.0:
+      raise ValueError(f"alpha={a!r} is out of range; allowed: [0, 1)")
+  if quick:
+    c.base.rounds = c.quick_rounds
+    c.base.eval_every = c.quick_eval_every
+    c.alphas = tuple(c.quick_alphas)
+    c.methods = tuple(c.quick_methods)
+  if rounds:
+    c.base.rounds = int(rounds)
+  if data_dir:
+    c.base.data_dir = data_dir
+    if c.base.dataset in ("synthetic", "digits"):
+      c.base.dataset = c.real_dataset
+      c.base.model = c.real_model
+  return c
+
+
+def cell_config(config: ml_collections.ConfigDict, method: str, alpha: float | None):
+  """The experiment config of one (method, alpha) cell; alpha is ignored by ``full``."""
+  c = ml_collections.ConfigDict(config.base.to_dict())
+  n, g = c.num_clients, c.num_groups
+  if method == "full":
+    c.availability = "always"
+    c.availability_hparams = ml_collections.ConfigDict()
+    c.aggregator = "full"
+    c.aggregator_hparams = ml_collections.ConfigDict({"weighting": config.weighting})
+    return c
+  c.availability_hparams.dropout_rate = float(alpha)
+  c.availability_hparams.num_clusters = g
+  if method in ("dropout", "stale"):
+    c.aggregator = method
+    c.aggregator_hparams = ml_collections.ConfigDict({"weighting": config.weighting})
+    return c
+  c.aggregator = "fdms"
+  hp = {"weighting": config.weighting}
+  if method in ("fdms_cr", "fdms_cr_half"):
+    hp.update(
+      complexity_reduction=True,
+      num_rounds=int(c.rounds),
+      confidence=float(config.cr_confidence),
+      # Assumption 6: a pair is co-active in about a (1 - alpha)^2 share of the rounds.
+      beta=max((1.0 - float(alpha)) ** 2, 1e-3),
+      max_friends=max(n // g - 1, 1),
+      theta_scale=0.5 if method == "fdms_cr_half" else 1.0,
+    )
+  c.aggregator_hparams = ml_collections.ConfigDict(hp)
+  return c
+
+
+def cells(config: ml_collections.ConfigDict) -> list[tuple[str, str, float | None]]:
+  """``[(cell name, method, alpha)]``; Full runs once (it has no dropout)."""
+  out = []
+  if "full" in config.methods:
+    out.append(("full", "full", None))
+  for a in config.alphas:
+    for m in config.methods:
+      if m != "full":
+        out.append((f"alpha{float(a):g}_{m}", m, float(a)))
+  return out
+
+
+def dataset_cache() -> Callable[[ml_collections.ConfigDict], object]:
+  """A ``dataset_fn`` for ``common.run_cell`` that loads each distinct dataset once."""
+  cache: dict = {}
+  keys = (
+    "dataset",
+    "partition",
+    "num_clients",
+    "data_seed",
+    "num_groups",
+    "labels_per_client",
+    "partition_alpha",
+    "test_fraction",
+    "examples_per_client",
+    "data_dir",
+    "synthetic_alpha",
+    "synthetic_beta",
+  )
+
+  def load(c):
+    k = tuple(str(c[name]) for name in keys)
+    if k not in cache:
+      cache[k] = experiment.load_data(c)
+    return cache[k]
+
+  return load
+
+
+def final_state(cfg: ml_collections.ConfigDict, folder: str, dataset, sim=None):
+  """The whole RoundState of the newest checkpoint of a finished run in ``folder``.
+
+  The tree structure comes from ``jax.eval_shape`` of ``Simulation.init`` (abstract, so no
+  parameters are initialised); leaves are read like ``checkpoint.restore`` reads them.
+  ``sim`` is the run's Simulation, built from ``cfg`` when None.
+  """
+  if sim is None:
+    sim, _ = experiment.build(cfg, dataset)
+  seed, aseed = cfg.seed, None if cfg.availability_seed < 0 else cfg.availability_seed
+  template = jax.eval_shape(lambda: sim.init(seed, aseed))
+  leaves, treedef = jax.tree_util.tree_flatten(template)
+  path = os.path.join(
+    checkpoint.checkpoint_dir(folder), f"ckpt_{checkpoint.latest_round(folder):08d}.npz"
+  )
+  with np.load(path) as f:
+    arrays = [f[f"leaf_{i}"] for i in range(len(leaves))]
+  for arr, ref in zip(arrays, leaves, strict=True):
+    if arr.shape != ref.shape:
+      raise ValueError(f"checkpoint {path} does not match the config of {folder}")
+  return jax.tree_util.tree_unflatten(treedef, arrays)
+
+
+def curve_of(history: list[dict]) -> list[float]:
+  """Test accuracy at each evaluation."""
+  return [r["test_accuracy"] for r in history]
+
+
+def rounds_to(history: list[dict], target: float) -> int | None:
+  """The first evaluated round with test accuracy >= target (None if never)."""
+  return next((int(r["round"]) for r in history if r["test_accuracy"] >= target), None)
+
+
+def saved_share(pairs_saved: float, pairs_computed: float) -> float:
+  """Share of the co-active pairs whose similarity score was not computed (0 if none)."""
+  total = float(pairs_saved) + float(pairs_computed)
+  return float(pairs_saved) / total if total > 0 else 0.0
+
+
+def run_study(
+  config: ml_collections.ConfigDict,
+  output_dir: str,
+  seeds: list[int],
+  *,
+  resume: bool = True,
+) -> dict:
+  """Runs every cell for every seed, writes tables and figures; returns them.
+
+  Returns:
+    dict with ``accuracy`` and ``complexity`` (each ``(header, rows)``), ``markdown`` (both
+    tables), ``figures`` (PNG paths) and ``runs`` (cell name -> [(summary, history)]).
+  """
+  os.makedirs(output_dir, exist_ok=True)
+  load = dataset_cache()
+  runs, cfgs = {}, {}
+  for name, method, alpha in cells(config):
+    cfg = cell_config(config, method, alpha)
+    cfgs[name] = cfg
+    runs[name] = common.run_cell(
+      cfg, os.path.join(output_dir, "cells", name), seeds, dataset_fn=load, resume=resume
+    )
+  base = config.base
+  setup = f"{base.dataset}, {base.num_clients} clients in {base.num_groups} clusters, {base.model}"
+
+  def acc_cell(name):
+    if name not in runs:
+      return "—"
+    m, s = common.mean_std([100 * r[0]["final_test_accuracy"] for r in runs[name]])
+    return common.fmt(m, s, 2)
+
+  def name_of(method, alpha):
+    return "full" if method == "full" else f"alpha{float(alpha):g}_{method}"
+
+  alphas = [float(a) for a in config.alphas]
+  acc_header = ["method"] + [f"α={a:g}: final test acc (%)" for a in alphas]
+  acc_rows = [[METHODS[m]] + [acc_cell(name_of(m, a)) for a in alphas] for m in config.methods]
+  md = results.write_table(
+    os.path.join(output_dir, "accuracy"),
+    acc_header,
+    acc_rows,
+    f"FL-FDMS Fig. 1 (final accuracy, mean ± std over seeds {seeds}): {setup}, "
+    f"{base.rounds} rounds",
+  )
+
+  # Convergence speed and smoothness (the paper's Fig. 1 claims, read off the curves).
+  target = float(config.convergence_target)
+  cv_header = (
+    ["method"]
+    + [f"α={a:g}: mean test acc over rounds (%)" for a in alphas]
+    + [f"α={a:g}: rounds to {100 * target:g} % acc" for a in alphas]
+  )
+  cv_rows = []
+  for m in config.methods:
+    means, reach = [], []
+    for a in alphas:
+      hists = [h for _, h in runs[name_of(m, a)]]
+      means.append(common.fmt(*common.mean_std([100 * np.mean(curve_of(h)) for h in hists]), 2))
+      reached = [rounds_to(h, target) for h in hists]
+      ok = [r for r in reached if r is not None]
+      text = common.fmt(*common.mean_std(ok), 1) if ok else f">{base.rounds}"
+      if ok and len(ok) < len(reached):
+        text += f" ({len(ok)}/{len(reached)} seeds)"
+      reach.append(text)
+    cv_rows.append([METHODS[m]] + means + reach)
+  md += "\n" + results.write_table(
+    os.path.join(output_dir, "convergence"),
+    cv_header,
+    cv_rows,
+    f"FL-FDMS Fig. 1 (speed): mean test accuracy over the evaluations and first evaluated "
+    f"round reaching {100 * target:g} % ({setup})",
+  )
+
+  # Complexity reduction: share of similarity computations saved (state counters).
+  cx_header = (
+    ["method"]
+    + [f"α={a:g}: similarity computations saved (%)" for a in alphas]
+    + [f"α={a:g}: scores computed" for a in alphas]
+  )
+  cx_rows = []
+  similarity = None
+  for m in [m for m in CR_METHODS if m in config.methods]:
+    shares, computed = [], []
+    for a in alphas:
+      name = name_of(m, a)
+      per_seed, comp = [], []
+      for seed in seeds:
+        cfg = ml_collections.ConfigDict(cfgs[name].to_dict())
+        cfg.seed = seed
+        folder = os.path.join(output_dir, "cells", name, f"seed{seed}")
+        st = final_state(cfg, folder, load(cfg)).aggregation_state
+        per_seed.append(100 * saved_share(st.pairs_saved, st.pairs_computed))
+        comp.append(float(st.pairs_computed))
+        if m == "fdms" and similarity is None and abs(a - config.similarity_alpha) < 1e-9:
+          sim_matrix = np.where(np.asarray(st.co_rounds) > 0, np.asarray(st.similarity), np.nan)
+          similarity = (sim_matrix, a, seed)
+      shares.append(common.fmt(*common.mean_std(per_seed), 2))
+      computed.append(f"{np.mean(comp):.0f}")
+    cx_rows.append([METHODS[m]] + shares + computed)
+  md += "\n" + results.write_table(
+    os.path.join(output_dir, "complexity"),
+    cx_header,
+    cx_rows,
+    f"FL-FDMS Fig. 5(a): similarity computations saved by complexity reduction ({setup})",
+  )
+
+  figures = []
+  for a in alphas:
+    curves = {}
+    for m in config.methods:
+      name = name_of(m, a)
+      rounds, acc = common.mean_curve([h for _, h in runs[name]], "test_accuracy")
+      curves[METHODS[m]] = (rounds, [100 * v for v in acc])
+    path = os.path.join(output_dir, f"fig1_alpha{a:g}.png")
+    results.plot_curves(
+      curves,
+      path,
+      f"FL-FDMS Fig. 1: {base.dataset}, clustered (N={base.num_clients}, "
+      f"{base.num_groups} clusters), α={a:g}, mean of {len(seeds)} seed(s)",
+      "test accuracy (%)",
+    )
+    figures.append(path)
+  if similarity is not None:
+    path = os.path.join(output_dir, "fig4_similarity.png")
+    plot_similarity(
+      similarity[0],
+      path,
+      f"FL-FDMS Fig. 4: final similarity scores R (α={similarity[1]:g}, "
+      f"seed {similarity[2]}, {base.dataset})",
+    )
+    figures.append(path)
+  return {
+    "accuracy": (acc_header, acc_rows),
+    "complexity": (cx_header, cx_rows),
+    "convergence": (cv_header, cv_rows),
+    "markdown": md,
+    "figures": figures,
+    "runs": runs,
+  }
+
+
+def plot_similarity(matrix: np.ndarray, path: str, title: str) -> None:
+  """Heat map of the [N, N] running similarity scores (NaN = never compared, grey)."""
+  import matplotlib
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  fig, ax = plt.subplots(figsize=(5.6, 4.6))
+  cmap = plt.get_cmap("viridis").with_extremes(bad="lightgrey")
+  im = ax.imshow(matrix, cmap=cmap, vmin=0.0, vmax=1.0, interpolation="nearest")
+  n = matrix.shape[0]
+  ticks = np.arange(0, n, max(1, n // 10))
+  ax.set_xticks(ticks)
+  ax.set_yticks(ticks)
+  ax.set_xlabel("client j (clusters are consecutive ids)")
+  ax.set_ylabel("client i")
+  ax.set_title(title + "\n(grey: pair never co-active)", fontsize=9)
+  fig.colorbar(im, ax=ax, label="R_ij = mean of (cos + 1) / 2 (unitless, 0 to 1)")
+  results.save_figure(fig, path)
+  plt.close(fig)
+
+
+# ----------------------------------------------------------------------------- binary
+
+_DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "fl_fdms.py")
+FLAGS = flags.FLAGS
+
+
+def define_flags() -> None:
+  """The binary's flags (defined in ``__main__`` only, so importing this module is safe)."""
+  common.define_flags(default_seeds="0,1,2")
+  config_flags.DEFINE_config_file("config", _DEFAULT_CONFIG, "study config (ml_collections)")
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  quick = FLAGS.quick or bool(os.environ.get(TINY_ENV))
+  seeds = common.parse_seeds(FLAGS.seeds)
+  if quick and not FLAGS["seeds"].present:
+    seeds = seeds[:1]
+  config = prepare_config(FLAGS.config, quick=quick, rounds=FLAGS.rounds, data_dir=FLAGS.data_dir)
+  output_dir = FLAGS.output_dir or "runs/fl_fdms"
+  out = run_study(config, output_dir, seeds, resume=FLAGS.resume)
+  print(out["markdown"])
+  print(f"figures: {', '.join(out['figures'])}")
+  logging.info("done")
+
+
+if __name__ == "__main__":
+  define_flags()
+  app.run(main)

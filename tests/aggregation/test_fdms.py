@@ -1,0 +1,121 @@
+"""FL-FDMS: friend discovery on a hand-computed 3-round toy, and the candidate-set race.
+
+Clients 0..3; each update's 'b' leaf holds the 2-vector below ('w' is zero), so
+r = (cos + 1) / 2 is computed from these vectors.
+
+Round 0 (all active): c0=[1,0], c1=[.6,.8], c2=[0,1], c3=[-1,0]
+  r01=.8  r02=.5  r03=0  r12=.9  r13=.2  r23=.5
+Round 1 (2 dropped): c0=[1,0], c1=[0,1], c3=[1,0]
+  r01=.5 -> R01=.65;  r03=1 -> R03=.5;  r13=.5 -> R13=.35
+  friend(2) = argmax(R20=.5, R21=.9, R23=.5) = 1;  update = (c0 + c1 + c1 + c3)/4 = [.5, .5]
+Round 2 (0 dropped): c1=[0,1], c2=[0,1], c3=[2,0]
+  friend(0) = argmax(R01=.65, R02=.5, R03=.5) = 1 (the last round alone would say 3: r03=1)
+  update = (c1 + c1 + c2 + c3)/4 = [.5, .75]
+"""
+
+from __future__ import annotations
+
+import math
+
+import aggregation_testlib as lib
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fedjax_sel import aggregation
+from fedjax_sel.aggregation.fdms import hoeffding_threshold
+
+ROUNDS = [
+  ([0, 1, 2, 3], [[1.0, 0.0], [0.6, 0.8], [0.0, 1.0], [-1.0, 0.0]]),
+  ([0, 1, 3], [[1.0, 0.0], [0.0, 1.0], [1.0, 0.0]]),
+  ([1, 2, 3], [[0.0, 1.0], [0.0, 1.0], [2.0, 0.0]]),
+]
+
+
+def _play(agg, num_rounds=3):
+  n = 4
+  state = agg.init(lib.make_params(), lib.make_info(np.ones(n)))
+  out = []
+  for t, (active, rows) in enumerate(ROUNDS[:num_rounds]):
+    avail = jnp.zeros((n,), bool).at[jnp.array(active)].set(True)
+    # M = 4 slots: the active clients, then one invalid slot holding garbage.
+    cohort = active + [0] * (4 - len(active))
+    valid = [True] * len(active) + [False] * (4 - len(active))
+    rows = rows + [[7.0, 7.0]] * (4 - len(active))
+    sel = lib.selection_of(cohort, valid)
+    update, state = jax.jit(agg.apply)(state, lib.deltas_from_b(rows), sel, avail, t)
+    out.append((update, state))
+  return out
+
+
+def test_friend_is_hand_computed_running_mean_argmax():
+  (u0, s0), (u1, s1), (u2, s2) = _play(aggregation.make("fdms"))
+  np.testing.assert_allclose(u0["b"], [0.15, 0.45], rtol=1e-6)  # plain mean of round 0
+  expected_r0 = np.array(
+    [[0, 0.8, 0.5, 0.0], [0.8, 0, 0.9, 0.2], [0.5, 0.9, 0, 0.5], [0.0, 0.2, 0.5, 0]]
+  )
+  np.testing.assert_allclose(s0.similarity, expected_r0, atol=1e-6)
+  np.testing.assert_array_equal(s1.friend, [0, 1, 1, 3])
+  np.testing.assert_allclose(u1["b"], [0.5, 0.5], rtol=1e-6)
+  np.testing.assert_allclose(s1.similarity[0, 1], 0.65, rtol=1e-6)
+  np.testing.assert_allclose(s1.similarity[0, 3], 0.5, atol=1e-6)
+  np.testing.assert_allclose(s1.similarity[1, 3], 0.35, rtol=1e-6)
+  np.testing.assert_array_equal(s2.friend, [1, 1, 2, 3])
+  np.testing.assert_allclose(u2["b"], [0.5, 0.75], rtol=1e-6)
+  np.testing.assert_allclose(u2["w"], 0.0)
+  np.testing.assert_array_equal(s2.co_rounds[1], [2, 0, 2, 3])
+  np.testing.assert_allclose(s2.similarity[1, 2], 0.95, rtol=1e-6)
+  np.testing.assert_allclose(s2.similarity[1, 3], 0.4, rtol=1e-6)
+  assert float(s2.pairs_computed) == 6 + 3 + 3
+  assert float(s2.pairs_saved) == 0
+
+
+def test_candidate_set_reduction_with_theorem2_threshold():
+  """Theta_1 = sqrt(2 ln(2 K^2 T B) - 2 ln p) with K=4, T=10, B=1, p=.5, beta=1, delta_f=0;
+  theta_scale makes the effective Theta_1 = .25, Theta_2 = .25 / sqrt(2) = .1768.
+
+  After round 0 (gap >= .25 removed): C0={1}, C1={0,2}, C2={1}, C3={2}.
+  Round 1 (0, 1, 3 active): pair (0,1) computed, (0,3) and (1,3) skipped (saved 2).
+  friend(2) = 1 (its only candidate). Then C1 loses 0 (gap .9 - .65 = .25 >= .1768).
+  """
+  theta_1 = math.sqrt(2 * math.log(2 * 16 * 10 * 1) - 2 * math.log(0.5))
+  np.testing.assert_allclose(hoeffding_threshold(1, 4, 10, 1, 0.5, 1.0, 0.0), theta_1, rtol=1e-6)
+  agg = aggregation.make(
+    "fdms",
+    complexity_reduction=True,
+    num_rounds=10,
+    max_friends=1,
+    confidence=0.5,
+    beta=1.0,
+    theta_scale=0.25 / theta_1,
+  )
+  (u0, s0), (u1, s1) = _play(agg, num_rounds=2)
+  allowed_0 = np.array(
+    [[0, 1, 0, 0], [1, 0, 1, 0], [0, 1, 0, 0], [0, 0, 1, 0]], dtype=bool
+  )  # candidates[k, i]: i may be k's friend
+  np.testing.assert_array_equal(s0.candidates, allowed_0)
+  assert float(s0.pairs_computed) == 6 and float(s0.pairs_saved) == 0
+  assert float(s1.pairs_computed) == 7 and float(s1.pairs_saved) == 2
+  np.testing.assert_allclose(s1.similarity[0, 1], 0.65, rtol=1e-6)
+  np.testing.assert_allclose(s1.similarity[0, 3], 0.0, atol=1e-7)  # skipped: unchanged
+  np.testing.assert_array_equal(s1.co_rounds[0], [0, 2, 1, 1])
+  np.testing.assert_array_equal(s1.friend, [0, 1, 1, 3])
+  np.testing.assert_allclose(u1["b"], [0.5, 0.5], rtol=1e-6)
+  allowed_1 = allowed_0.copy()
+  allowed_1[1, 0] = False
+  np.testing.assert_array_equal(s1.candidates, allowed_1)
+
+
+def test_no_known_friend_falls_back_to_mean_of_active():
+  """Round 0 with client 3 dropped: it was never compared with anyone, so it takes the mean
+  of the active updates (the Dropout substitute) and the update equals their mean."""
+  agg = aggregation.make("fdms")
+  n = 4
+  state = agg.init(lib.make_params(), lib.make_info(np.ones(n)))
+  avail = jnp.array([True, True, True, False])
+  deltas = lib.deltas_from_b([[3.0, 0.0], [0.0, 3.0], [3.0, 3.0], [9.0, 9.0]])
+  update, state = jax.jit(agg.apply)(
+    state, deltas, lib.selection_of(jnp.arange(n), avail), avail, 0
+  )
+  np.testing.assert_allclose(update["b"], [2.0, 2.0], rtol=1e-6)
+  np.testing.assert_array_equal(state.friend, [0, 1, 2, -1])

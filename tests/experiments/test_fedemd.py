@@ -1,0 +1,130 @@
+"""experiments/fedemd.py: Maverick partitions, R@99, selection replay, the --quick binary."""
+
+import csv
+import json
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from experiments import fedemd
+from experiments.configs import fedemd as fedemd_config
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROUNDS = re.compile(r"^(\d+\.\d+) ± (\d+\.\d+)$|^>(\d+)$")
+
+
+def read_csv(path):
+  with open(path) as f:
+    return list(csv.reader(f))
+
+
+def test_exclusive_mavericks_own_whole_classes():
+  labels = np.repeat(np.arange(10), 30)  # 300 examples, 30 per class
+  parts = fedemd.maverick_partition(labels, 20, 2, False, (0, 1, 2), np.random.default_rng(0))
+  assert len(parts) == 20
+  assert sorted(np.concatenate(parts).tolist()) == list(range(300))  # each example once
+  assert set(labels[parts[0]]) == {0} and len(parts[0]) == 30
+  assert set(labels[parts[1]]) == {1} and len(parts[1]) == 30
+  others = parts[2:]
+  assert all(not np.isin(labels[p], [0, 1]).any() for p in others)
+  sizes = [len(p) for p in others]
+  assert sum(sizes) == 240 and max(sizes) - min(sizes) <= 1  # 240 / 18 -> 13 or 14
+
+
+def test_shared_mavericks_split_one_class():
+  labels = np.repeat(np.arange(10), 30)
+  parts = fedemd.maverick_partition(labels, 20, 3, True, (4, 1, 2), np.random.default_rng(1))
+  assert [len(p) for p in parts[:3]] == [10, 10, 10]
+  assert all(set(labels[p]) == {4} for p in parts[:3])
+  assert not any(np.isin(labels[p], [4]).any() for p in parts[3:])
+  # Class 1 is not a Maverick class when the Mavericks share class 4.
+  assert sum(int(np.sum(labels[p] == 1)) for p in parts[3:]) == 30
+
+
+def test_bad_scenarios():
+  assert fedemd.parse_scenario("3_shared") == (3, True)
+  for bad in ("x_excl", "2_both", "0_excl"):
+    with pytest.raises(ValueError, match="scenario"):
+      fedemd.parse_scenario(bad)
+  with pytest.raises(ValueError, match="maverick_classes"):
+    fedemd.maverick_partition(np.arange(20) % 10, 10, 3, False, (0, 1), np.random.default_rng(0))
+
+
+def test_r_at_99_is_relative_to_random_best():
+  def hist(accs):
+    return [{"round": t + 1, "test_accuracy": a} for t, a in enumerate(accs)]
+
+  random = [hist([0.5, 0.7, 0.8, 0.79]), hist([0.6, 0.9, 0.85, 0.88])]
+  method = [hist([0.6, 0.79, 0.792, 0.9]), hist([0.5, 0.6, 0.7, 0.8])]
+  # Targets 0.99 * 0.8 = 0.792 and 0.99 * 0.9 = 0.891.
+  assert fedemd.r_at(method, random) == [3, None]
+  assert fedemd.r_at(random, random) == [3, 2]
+  assert fedemd.format_rounds([None, None], 200) == ">200"
+  assert fedemd.format_rounds([10, 20], 200) == "15.0 ± 5.0"
+  assert fedemd.format_rounds([10, None], 200).startswith("10.0 ± 0.0 (1/2 seeds reached")
+
+
+def test_maverick_data_sizes_on_digits():
+  config = fedemd_config.get_config()
+  data = fedemd.maverick_data(config, "1_excl")
+  counts = data.train.counts
+  labels = data.client_info().label_counts
+  assert data.num_clients == 50 and int(counts.sum()) == 1437  # test_fraction 0: all data
+  assert int(labels[0, 0]) == int(counts[0]) == int(labels[:, 0].sum())  # owns class 0
+  # The Maverick holds about 5x a non-Maverick (FedEMD App. A.4: "K times as much data").
+  assert 4.5 < counts[0] / np.mean(counts[1:]) < 6.5
+
+
+def test_quick_binary_writes_tables_and_replays_selection(tmp_path):
+  out = tmp_path / "fedemd"
+  env = dict(os.environ, JAX_PLATFORMS="cpu")
+  p = subprocess.run(
+    [sys.executable, "-m", "experiments.fedemd", "--quick", f"--output_dir={out}"],
+    cwd=ROOT,
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=600,
+  )
+  assert p.returncode == 0, p.stderr[-3000:]
+  r99 = read_csv(out / "r99.csv")
+  assert r99[0] == ["method", "1 excl"]
+  assert [r[0] for r in r99[1:]] == ["Random", "Shapley (SVB)", "FedEMD"]
+  for row in r99[1:]:
+    assert ROUNDS.match(row[1]), row
+  # Random reaches 99 % of its own best accuracy within the run, by definition.
+  assert float(r99[1][1].split(" ")[0]) <= 4
+  for name in ("final_accuracy", "maverick_share"):
+    table = read_csv(out / f"{name}.csv")
+    assert table[0] == ["method", "1 excl"] and len(table) == 4
+    assert all(0.0 <= float(r[1].split(" ± ")[0]) <= 100.0 for r in table[1:])
+  # The replayed selections (no training) match the runs' sampling counts exactly.
+  part = read_csv(out / "participation.csv")
+  assert part[0] == ["round", "Random", "FedEMD"] and len(part) == 5
+  for method, column in (("random", 1), ("fedemd", 2)):
+    summary = json.loads(
+      (out / "cells" / f"1_excl_{method}" / "seed0" / "summary.json").read_text()
+    )
+    assert int(part[-1][column]) == summary["sampling_counts"][0]  # client 0 = the Maverick
+  assert "participation trace" not in p.stderr  # no mismatch warning
+  for png in ("accuracy_1_excl.png", "fig4_r99.png", "participation.png"):
+    assert (out / png).stat().st_size > 5000
+
+
+def test_runs_on_tfds_fashion_mnist(tmp_path):
+  tfds = pytest.importorskip("tensorflow_datasets")
+  config = fedemd.prepare_config(
+    fedemd_config.get_config(), quick=True, data_dir=str(tmp_path), rounds=2
+  )
+  config.methods = ("random",)
+  config.base.model = "logreg"  # the data path is the point; keep the compile small
+  with tfds.testing.mock_data(num_examples=300):
+    out = fedemd.run_study(config, str(tmp_path / "out"), [0])
+  assert config.base.dataset == "fashion_mnist"
+  ((summary, _),) = out["runs"]["1_excl", "random"]
+  assert summary["rounds"] == 2 and len(summary["sampling_counts"]) == 50
+  assert out["r99"][1][0][0] == "Random"

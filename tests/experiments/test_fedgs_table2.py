@@ -1,0 +1,125 @@
+"""experiments/fedgs_table2.py: the --quick path, the TFDS column on mock data, the config."""
+
+import csv
+import math
+import os
+
+import numpy as np
+import pytest
+
+from experiments import fedgs_table2
+from experiments.configs import fedgs_table2 as config_lib
+
+
+def _read_csv(path):
+  with open(path) as f:
+    return list(csv.reader(f))
+
+
+def _mean_std(text):
+  mean, std = (float(x) for x in text.split(" ± "))
+  return mean, std
+
+
+def test_config_holds_the_papers_settings():
+  cfg = config_lib.get_config()
+  syn = cfg.datasets.synthetic.base
+  assert (syn.num_clients, syn.clients_per_round, syn.local_steps, syn.batch_size) == (30, 6, 10, 10)
+  assert (syn.client_lr, syn.lr_decay, syn.rounds) == (0.1, 0.998, 1000)
+  assert (syn.synthetic_alpha, syn.synthetic_beta) == (0.5, 0.5)
+  order = cfg.method_order.split(",")
+  assert len(order) == 9 and set(order) == set(cfg.methods.keys())
+  assert [cfg.methods[k].selection_hparams.alpha for k in order[4:]] == [0.0, 0.5, 1.0, 2.0, 5.0]
+  # "FedProx/MDSample ... w/wo proximal term": MD sampling + the proximal local update.
+  assert cfg.methods.fedprox.selection == cfg.methods.md.selection == "md"
+  assert cfg.methods.fedprox.client_update == "fedprox"
+  assert cfg.methods.fedprox.client_update_hparams.mu == 0.01
+  betas = {k: dict(cfg.modes[k].availability_hparams).get("beta") for k in cfg.modes.keys()}
+  assert betas == {"idl": None, "ln": 0.5, "sln": 0.5, "ldf": 0.7, "mdf": 0.7, "ymf": 0.9,
+                   "yc": 0.9}
+  # One availability seed for every method and seed (Appendix C).
+  assert len({cfg.datasets[d].base.availability_seed for d in cfg.datasets.keys()}) == 1
+  assert fedgs_table2.PAPER_TABLE2["synthetic"]["mdf"]["uniform"] == 0.362
+
+
+def test_synthetic_fedgs_cell_uses_true_local_models_as_oracle():
+  cfg = config_lib.get_config()
+  col = fedgs_table2.Column("synthetic", cfg.datasets.synthetic, quick=True, data_dir="",
+                            rounds=0)
+  c = fedgs_table2.cell_config(col, cfg.methods.fedgs_a1, cfg.modes.ln)
+  np.testing.assert_allclose(
+    np.asarray(c.selection_hparams.oracle_features), col.data.extras["true_params"], rtol=0
+  )
+  assert (c.availability, c.availability_hparams.beta) == ("ln", 0.5)
+  u = fedgs_table2.cell_config(col, cfg.methods.uniform, cfg.modes.idl)
+  assert "oracle_features" not in u.selection_hparams
+
+
+def test_quick_writes_paper_shaped_tables(tmp_path):
+  cfg = config_lib.get_config()
+  out = str(tmp_path)
+  fedgs_table2.run_all(cfg, out, [0], quick=True, modes=["idl", "ln"],
+                       parts=("table2", "fig4", "table4"))
+  rows = _read_csv(os.path.join(out, "table2.csv"))
+  assert rows[0] == ["Method", "Synthetic(0.5, 0.5) IDL", "Synthetic(0.5, 0.5) LN0.5"]
+  assert [r[0] for r in rows[1:]] == ["UniformSample", "FedGS α=1.0"]
+  for r in rows[1:]:
+    for cell in r[1:]:
+      mean, std = _mean_std(cell)
+      assert 0.0 < mean < 5.0 and std == 0.0  # one seed
+  assert "| Method |" in open(os.path.join(out, "table2.md")).read()
+  cmp = _read_csv(os.path.join(out, "table2_vs_paper.csv"))
+  assert len(cmp) == 1 + 4
+  assert {float(r[5]) for r in cmp[1:] if r[2] == "UniformSample"} == {0.302, 0.320}
+  # Fig. 4: counts of 10 rounds x 6 slots; FedGS balances them at least as well as uniform.
+  assert os.path.getsize(os.path.join(out, "fig4_synthetic_ln.png")) > 5000
+  t4 = _read_csv(os.path.join(out, "table4.csv"))
+  assert t4[0][:3] == ["Dataset", "Mode", "FedGS (oracle 3DG)"] and len(t4) == 2
+  assert all(0.0 < _mean_std(x)[0] < 5.0 for x in t4[1][2:4])
+  # Every cell/seed ran under cells/<cell>/seed<k>/ and finished 10 rounds of 6 slots.
+  import json
+
+  summary = json.load(open(os.path.join(out, "cells", "synthetic-ln-fedgs_a1", "seed0",
+                                        "summary.json")))
+  assert summary["rounds"] == 10 and sum(summary["sampling_counts"]) <= 60
+  assert np.var(summary["sampling_counts"]) <= np.var(json.load(open(os.path.join(
+    out, "cells", "synthetic-ln-uniform", "seed0", "summary.json")))["sampling_counts"])
+
+
+def test_table3_oracle_recovers_itself_and_scores_are_fractions(tmp_path):
+  cfg = config_lib.get_config()
+  col = fedgs_table2.Column("synthetic", cfg.datasets.synthetic, quick=True, data_dir="",
+                            rounds=0)
+  t3 = cfg.table3
+  t3.warmup_rounds = 1
+  rows = fedgs_table2.table3_rows(col.base, col.data, t3, seed=0)
+  for name in ("functional", "cosine"):
+    p, r, f, eps = rows[name]
+    assert 0.0 <= p <= 1.0 and 0.0 <= r <= 1.0 and 0.0 <= f <= 1.0
+    assert eps in t3.epsilons
+    if p + r > 0:
+      assert math.isclose(f, 2 * p * r / (p + r), rel_tol=1e-5)
+
+
+def test_tfds_column_runs_on_mock_data(tmp_path):
+  tfds = pytest.importorskip("tensorflow_datasets")
+  cfg = config_lib.get_config()
+  out = str(tmp_path / "out")
+  with tfds.testing.mock_data(num_examples=60):
+    fedgs_table2.run_all(cfg, out, [0], quick=True, data_dir=str(tmp_path),
+                         datasets=["fashion_mnist"], methods=["uniform"], modes=["ymf"],
+                         parts=("table2",))
+  rows = _read_csv(os.path.join(out, "table2.csv"))
+  assert rows[0] == ["Method", "FashionMNIST YMF0.9"]
+  mean, _ = _mean_std(rows[1][1])
+  assert math.isfinite(mean) and mean > 0.0
+  import json
+
+  conf = json.load(open(os.path.join(out, "cells", "fashion_mnist-ymf-uniform", "seed0",
+                                     "config.json")))
+  assert conf["config"]["model"] == "cnn_mnist" and conf["config"]["partition"] == "shards"
+
+
+def test_bad_names_are_one_clear_error():
+  with pytest.raises(ValueError, match="unknown methods \\['fedgss'\\]"):
+    fedgs_table2.split_names("uniform,fedgss", ["uniform", "md"], "methods")
