@@ -45,21 +45,25 @@ MODELS = ("logreg", "mlp", "cnn_mnist", "cnn_cifar")
 
 
 def proposed_chunk_size(
-    counts: np.ndarray, num_selected: int, batch_size: int, local_epochs: int, conv: bool
+    counts: np.ndarray,
+    num_selected: int,
+    batch_size: int,
+    local_epochs: int,
+    overhead_lanes: float = 2.0,
 ) -> int:
-  """A candidate rule for ``auto``: the chunk size with the least expected padded work.
+  """A candidate rule for ``auto`` on CPU: the chunk size with the least expected cost.
 
-  For each candidate c in {1, 2, 4, ..., M} it sorts a typical cohort's step counts (the
-  quantiles of the population's step distribution), cuts them into chunks of c and counts
-  lane-steps = sum over chunks of c * (chunk's largest step count). It adds a fixed
-  per-chunk overhead (one loop launch and gather, worth ``overhead`` lane-steps) and a
-  per-step cost that shrinks as lanes are batched (vmap amortizes the per-step work of a
-  small model over lanes). Convolutions on CPU gain little from batching lanes, so their
-  lanes cost the same at any c. Returns the c minimizing the estimate.
+  Measured on CPU (notes/speed.md): one iteration of the local-step loop over a chunk of c
+  clients costs about ``(overhead_lanes + c)`` times the cost of one client-step: batching
+  clients with vmap saves only the fixed per-iteration overhead (about two client-steps),
+  while padding costs full client-steps. For a typical cohort (the quantiles of the
+  population's step counts, sorted as the engine sorts them) the cost of chunk size c is
+  ``sum over chunks of (chunk's largest step count) * (overhead_lanes + c)``; the rule
+  returns the c in {1, 2, 4, ..., M} that minimizes it.
   """
   steps = local_epochs * np.ceil(np.maximum(counts, 1) / batch_size)
   q = (np.arange(num_selected) + 0.5) / num_selected
-  typical = np.sort(np.quantile(steps, q))[::-1]
+  typical = np.sort(np.quantile(steps, q, method="nearest"))[::-1]
   best, best_cost = num_selected, math.inf
   c = 1
   while True:
@@ -67,10 +71,7 @@ def proposed_chunk_size(
     num_chunks = -(-num_selected // c)
     padded = np.concatenate([typical, np.zeros(num_chunks * c - num_selected)])
     per_chunk_max = padded.reshape(num_chunks, c).max(axis=1)
-    # cost of one loop iteration over a chunk of c lanes: fixed + per-lane part
-    lane_cost = 1.0 if conv else 0.15
-    iter_cost = 1.0 + lane_cost * c
-    cost = float(np.sum(per_chunk_max * iter_cost)) + 20.0 * num_chunks
+    cost = float(np.sum(per_chunk_max)) * (overhead_lanes + c)
     if cost < best_cost:
       best, best_cost = c, cost
     if c == num_selected:
@@ -131,7 +132,7 @@ def bench_config(model_name: str, num_selected: int, args) -> dict:
   }
 
   modes = _mode_list(num_selected, args.chunk_sizes)
-  proposed = proposed_chunk_size(data.counts, num_selected, b, e, model.conv)
+  proposed = proposed_chunk_size(data.counts, num_selected, b, e)
   modes.append(("proposed", "chunked" if proposed < num_selected else "vmap", proposed))
   record["proposed_chunk_size"] = proposed
   fns: dict = {}
@@ -174,8 +175,9 @@ def bench_config(model_name: str, num_selected: int, args) -> dict:
   else:
     record["skipped"]["per_step_loop"] = f"{useful_steps:.0f} steps > --max_loop_steps"
   if C.torch_available() and not args.no_torch and useful_steps <= args.max_loop_steps:
+    threads = args.torch_threads or (C.machine_info()["nproc"] if model.conv else 1)
     loops["torch_loop"], record["torch_threads"] = C.make_torch_loop(
-        model_name, data, batches, args.lr
+        model_name, data, batches, args.lr, threads
     )
   elif not C.torch_available():
     record["skipped"]["torch_loop"] = "torch not importable"
@@ -304,6 +306,10 @@ def parse_args(argv=None):
   p.add_argument("--max_mode_gflop", type=float, default=40.0)
   p.add_argument("--max_loop_steps", type=float, default=40000)
   p.add_argument("--no_torch", action="store_true")
+  p.add_argument(
+      "--torch_threads", type=int, default=0,
+      help="torch intra-op threads (0: 1 for dense models, nproc for CNNs)",
+  )
   p.add_argument("--round_level", action="store_true", help="also time Simulation.run_rounds")
   p.add_argument("--round_clients", type=int, default=1000)
   p.add_argument("--round_selected", type=int, default=100)
