@@ -39,7 +39,8 @@ from fedjax_sel.core.types import (
 )
 from fedjax_sel.data.federated import FederatedData
 from fedjax_sel.models import Model
-from fedjax_sel.similarity import sketch as sketch_lib
+from fedjax_sel.similarity.sketch import flatten_stacked, make_projection
+from fedjax_sel.similarity.sketch import sketch as sketch_updates
 
 SERVER_OPTIMIZERS = ("sgd", "momentum", "adam", "yogi", "adagrad")
 CLIENT_OPTIMIZERS = ("sgd", "momentum")
@@ -180,7 +181,7 @@ class Simulation:
     uses = selection.uses_updates
     d = min(config.sketch_dim, p) if uses else 0
     self._projection = (
-      sketch_lib.make_projection(k_proj, p, d) if d else jnp.zeros((p, 0), jnp.float32)
+      make_projection(k_proj, p, d) if d else jnp.zeros((p, 0), jnp.float32)
     )
     self._noise = jax.random.normal(
       k_noise, (config.num_noise_inputs, *model.input_shape), jnp.float32
@@ -206,7 +207,7 @@ class Simulation:
     # Same derivation as fedjax_sel.availability.rollout, so plots of the active-state
     # matrix show exactly the clients a run sees.
     a_init, a_round = split_availability_key(akey)
-    params = self.model.init(k_model)
+    params = jax.jit(self.model.init)(k_model)
     n = self.num_clients
     d = self._projection.shape[1]
     e = self._embedding_dim
@@ -342,8 +343,8 @@ class Simulation:
       return state.update_sketch, state.embeddings, state.seen
     n = self.num_clients
     target = jnp.where(used.valid, used.cohort, n)
-    flat = sketch_lib.flatten_stacked(deltas)
-    sk = sketch_lib.sketch(flat, self._projection)
+    flat = flatten_stacked(deltas)
+    sk = sketch_updates(flat, self._projection)
     local_params = jax.tree_util.tree_map(lambda g, d: g[None] + d, state.params, deltas)
     emb = jax.vmap(lambda p: jax.nn.softmax(self.model.apply(p, self._noise), -1).reshape(-1))(
       local_params
