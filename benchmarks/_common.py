@@ -13,7 +13,8 @@ import os
 import platform
 import statistics
 import time
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -28,8 +29,9 @@ IMAGE_SHAPES = {"cnn_mnist": (28, 28, 1), "cnn_cifar": (32, 32, 3)}
 
 
 # ----------------------------------------------------------------------------- machine
-def machine_info() -> dict:
-  """nproc, CPU model, memory and library versions of this machine."""
+def machine_info(with_torch: bool = False) -> dict:
+  """nproc, CPU model, load and library versions (torch only if asked: importing it costs
+  ~200 MB of resident memory, which would pollute memory measurements)."""
   cpu = platform.processor() or "unknown"
   try:
     with open("/proc/cpuinfo") as f:
@@ -40,16 +42,18 @@ def machine_info() -> dict:
   except OSError:
     pass
   info = {
-      "nproc": os.cpu_count(),
-      "cpu": cpu,
-      "jax": jax.__version__,
-      "backend": jax.default_backend(),
-      "devices": len(jax.devices()),
+    "nproc": os.cpu_count(),
+    "cpu": cpu,
+    "jax": jax.__version__,
+    "backend": jax.default_backend(),
+    "devices": len(jax.devices()),
   }
   try:
     info["loadavg_1m"] = round(os.getloadavg()[0], 2)
   except OSError:
     pass
+  if not with_torch:
+    return info
   try:
     import torch
 
@@ -79,10 +83,10 @@ def image_sizes(num_clients: int, rng: np.random.Generator, mean: int = 50) -> n
 
 
 def make_data(
-    model_name: str,
-    num_clients: int,
-    seed: int = 0,
-    examples_per_client: int | None = None,
+  model_name: str,
+  num_clients: int,
+  seed: int = 0,
+  examples_per_client: int | None = None,
 ) -> CohortData:
   """Synthetic(0.5, 0.5) for logreg/mlp; random images for the CNNs.
 
@@ -95,7 +99,7 @@ def make_data(
   """
   if model_name in ("logreg", "mlp"):
     tr = synthetic(
-        0.5, 0.5, num_clients=num_clients, examples_per_client=examples_per_client, seed=seed
+      0.5, 0.5, num_clients=num_clients, examples_per_client=examples_per_client, seed=seed
     ).train
     return CohortData(tr.x, tr.y, tr.offsets, tr.counts, tuple(tr.x.shape[1:]), 10)
   shape = IMAGE_SHAPES.get(model_name, (32, 32, 3))
@@ -121,7 +125,7 @@ def block(out: Any) -> Any:
 
 
 def interleaved_medians(
-    fns: dict[str, Callable[[], Any]], repeats: int, warmup: int = 1
+  fns: dict[str, Callable[[], Any]], repeats: int, warmup: int = 1
 ) -> dict[str, dict]:
   """Times each function ``repeats`` times, interleaving them so load affects all alike.
 
@@ -141,12 +145,12 @@ def interleaved_medians(
       block(fns[name]())
       samples[name].append(time.perf_counter() - t0)
   return {
-      k: {
-          "median_s": statistics.median(v),
-          "min_s": min(v),
-          "samples_s": [round(s, 6) for s in v],
-      }
-      for k, v in samples.items()
+    k: {
+      "median_s": statistics.median(v),
+      "min_s": min(v),
+      "samples_s": [round(s, 6) for s in v],
+    }
+    for k, v in samples.items()
   }
 
 
@@ -159,41 +163,41 @@ def compile_timed(fn: Callable, *args) -> tuple[Callable, float]:
 
 # ----------------------------------------------------------------------------- engine
 def build_trainer(
-    model: models.Model,
-    data: CohortData,
-    num_selected: int,
-    parallelism: str,
-    chunk_size: int = 0,
-    batch_size: int = 10,
-    local_epochs: int = 1,
-    train_x: jax.Array | None = None,
-    train_y: jax.Array | None = None,
+  model: models.Model,
+  data: CohortData,
+  num_selected: int,
+  parallelism: str,
+  chunk_size: int = 0,
+  batch_size: int = 10,
+  local_epochs: int = 1,
+  train_x: jax.Array | None = None,
+  train_y: jax.Array | None = None,
 ):
   """The engine's cohort trainer for plain SGD (``fedjax_sel.client`` ``sgd``)."""
   from fedjax_sel import client as client_lib
 
   cfg = engine_lib.EngineConfig(
-      batch_size=batch_size,
-      local_epochs=local_epochs,
-      parallelism=parallelism,
-      chunk_size=chunk_size,
+    batch_size=batch_size,
+    local_epochs=local_epochs,
+    parallelism=parallelism,
+    chunk_size=chunk_size,
   )
   return engine_lib.make_cohort_trainer(
-      model.apply,
-      client_lib.make("sgd"),
-      lambda lr: optax.sgd(lr),
-      jnp.asarray(data.x) if train_x is None else train_x,
-      jnp.asarray(data.y) if train_y is None else train_y,
-      data.offsets,
-      data.counts,
-      cfg,
-      num_selected,
-      conv=model.conv,
+    model.apply,
+    client_lib.make("sgd"),
+    lambda lr: optax.sgd(lr),
+    jnp.asarray(data.x) if train_x is None else train_x,
+    jnp.asarray(data.y) if train_y is None else train_y,
+    data.offsets,
+    data.counts,
+    cfg,
+    num_selected,
+    conv=model.conv,
   )
 
 
 def engine_batches(
-    data: CohortData, cohort: np.ndarray, key: jax.Array, batch_size: int, local_epochs: int
+  data: CohortData, cohort: np.ndarray, key: jax.Array, batch_size: int, local_epochs: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   """The engine's batch order for each cohort slot: (idx i32[M, S, B], mask, steps i32[M]).
 
@@ -289,7 +293,7 @@ def matmul_gflops(target_flops: float, repeats: int = 5) -> tuple[float, int]:
 
 def tree_max_abs_diff(a, b) -> float:
   leaves = jax.tree_util.tree_leaves(
-      jax.tree_util.tree_map(lambda u, v: jnp.max(jnp.abs(jnp.asarray(u) - jnp.asarray(v))), a, b)
+    jax.tree_util.tree_map(lambda u, v: jnp.max(jnp.abs(jnp.asarray(u) - jnp.asarray(v))), a, b)
   )
   return float(max(leaves))
 
@@ -316,9 +320,13 @@ def _torch_layers(params: dict) -> list[tuple[str, np.ndarray, np.ndarray]]:
   """The flax layers in forward order: [(kind, kernel, bias)] (Conv_* before Dense_*)."""
   names = sorted(params, key=lambda s: (0 if s.startswith("Conv") else 1, int(s.split("_")[1])))
   return [
-      ("conv" if n.startswith("Conv") else "dense", np.asarray(params[n]["kernel"]),
-       np.asarray(params[n]["bias"]), n)
-      for n in names
+    (
+      "conv" if n.startswith("Conv") else "dense",
+      np.asarray(params[n]["kernel"]),
+      np.asarray(params[n]["bias"]),
+      n,
+    )
+    for n in names
   ]
 
 
@@ -377,8 +385,10 @@ def make_torch_loop(model_name: str, data: CohortData, batches, lr: float, threa
     init = to_torch(global_params)
     deltas = []
     for i, k in enumerate(cohort):
-      ws = [(kind, w.clone().requires_grad_(True), b.clone().requires_grad_(True))
-            for kind, w, b in init]
+      ws = [
+        (kind, w.clone().requires_grad_(True), b.clone().requires_grad_(True))
+        for kind, w, b in init
+      ]
       tensors = [t for _, w, b in ws for t in (w, b)]
       opt = torch.optim.SGD(tensors, lr=lr)
       base = int(data.offsets[k])
@@ -403,17 +413,17 @@ def make_torch_loop(model_name: str, data: CohortData, batches, lr: float, threa
 
 # ----------------------------------------------------------------------------- im2col CNNs
 def im2col_conv(
-    lhs,
-    rhs,
-    window_strides,
-    padding,
-    lhs_dilation=None,
-    rhs_dilation=None,
-    dimension_numbers=None,
-    feature_group_count=1,
-    batch_group_count=1,
-    precision=None,
-    preferred_element_type=None,
+  lhs,
+  rhs,
+  window_strides,
+  padding,
+  lhs_dilation=None,
+  rhs_dilation=None,
+  dimension_numbers=None,
+  feature_group_count=1,
+  batch_group_count=1,
+  precision=None,
+  preferred_element_type=None,
 ):
   """``lax.conv_general_dilated`` for NHWC x HWIO as patches @ kernel (im2col).
 
@@ -427,19 +437,28 @@ def im2col_conv(
   """
   dn = jax.lax.conv_dimension_numbers(lhs.shape, rhs.shape, dimension_numbers)
   simple = (
-      lhs.ndim == 4
-      and dn.lhs_spec == (0, 3, 1, 2)
-      and dn.rhs_spec == (3, 2, 0, 1)
-      and dn.out_spec == (0, 3, 1, 2)
-      and feature_group_count == 1
-      and batch_group_count == 1
-      and all(d == 1 for d in (lhs_dilation or (1, 1)))
-      and all(d == 1 for d in (rhs_dilation or (1, 1)))
+    lhs.ndim == 4
+    and dn.lhs_spec == (0, 3, 1, 2)
+    and dn.rhs_spec == (3, 2, 0, 1)
+    and dn.out_spec == (0, 3, 1, 2)
+    and feature_group_count == 1
+    and batch_group_count == 1
+    and all(d == 1 for d in (lhs_dilation or (1, 1)))
+    and all(d == 1 for d in (rhs_dilation or (1, 1)))
   )
   if not simple:
     return jax.lax.conv_general_dilated(
-        lhs, rhs, window_strides, padding, lhs_dilation, rhs_dilation, dimension_numbers,
-        feature_group_count, batch_group_count, precision, preferred_element_type,
+      lhs,
+      rhs,
+      window_strides,
+      padding,
+      lhs_dilation,
+      rhs_dilation,
+      dimension_numbers,
+      feature_group_count,
+      batch_group_count,
+      precision,
+      preferred_element_type,
     )
   kh, kw, cin, cout = rhs.shape
   sh, sw = window_strides
@@ -450,9 +469,9 @@ def im2col_conv(
   h, w = x.shape[1], x.shape[2]
   ho, wo = (h - kh) // sh + 1, (w - kw) // sw + 1
   cols = [
-      x[:, i : i + (ho - 1) * sh + 1 : sh, j : j + (wo - 1) * sw + 1 : sw, :]
-      for i in range(kh)
-      for j in range(kw)
+    x[:, i : i + (ho - 1) * sh + 1 : sh, j : j + (wo - 1) * sw + 1 : sw, :]
+    for i in range(kh)
+    for j in range(kw)
   ]
   patches = jnp.concatenate(cols, axis=-1)  # [N, ho, wo, kh*kw*cin], order (i, j, c)
   return jnp.einsum("nhwk,ko->nhwo", patches, rhs.reshape(kh * kw * cin, cout), precision=precision)
@@ -494,10 +513,10 @@ def make_im2col_model(model_name: str, data: CohortData) -> models.Model:
   module = {"cnn_mnist": MnistCNN, "cnn_cifar": CifarCNN}[model_name](data.num_classes)
   dummy = jnp.zeros((1, *data.input_shape), jnp.float32)
   return models.Model(
-      init=lambda key: module.init(key, dummy)["params"],
-      apply=lambda params, x: module.apply({"params": params}, x),
-      name=model_name + "_im2col",
-      input_shape=tuple(data.input_shape),
-      num_classes=data.num_classes,
-      conv=True,
+    init=lambda key: module.init(key, dummy)["params"],
+    apply=lambda params, x: module.apply({"params": params}, x),
+    name=model_name + "_im2col",
+    input_shape=tuple(data.input_shape),
+    num_classes=data.num_classes,
+    conv=True,
   )

@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
 
@@ -39,17 +40,16 @@ import jax.numpy as jnp
 import numpy as np
 
 from benchmarks import _common as C
-from fedjax_sel.core import engine as engine_lib
 
 MODELS = ("logreg", "mlp", "cnn_mnist", "cnn_cifar")
 
 
 def proposed_chunk_size(
-    counts: np.ndarray,
-    num_selected: int,
-    batch_size: int,
-    local_epochs: int,
-    overhead_lanes: float = 2.0,
+  counts: np.ndarray,
+  num_selected: int,
+  batch_size: int,
+  local_epochs: int,
+  overhead_lanes: float = 2.0,
 ) -> int:
   """A candidate rule for ``auto`` on CPU: the chunk size with the least expected cost.
 
@@ -114,36 +114,57 @@ def bench_config(model_name: str, num_selected: int, args) -> dict:
   step_flops = C.flops_per_step(model, b)
 
   record: dict = {
-      "kind": "engine",
-      "model": model_name,
-      "clients_per_round": num_selected,
-      "local_epochs": e,
-      "batch_size": b,
-      "examples": int(data.counts.sum()),
-      "useful_steps": useful_steps,
-      "max_steps": int(steps.max()),
-      "flops_per_step": step_flops,
-      "modes": {},
-      "compile_s": {},
-      "useful_step_fraction_by_mode": {},
-      "chunk_size_by_mode": {},
-      "skipped": {},
-      "max_abs_diff": {},
+    "kind": "engine",
+    "model": model_name,
+    "clients_per_round": num_selected,
+    "local_epochs": e,
+    "batch_size": b,
+    "examples": int(data.counts.sum()),
+    "useful_steps": useful_steps,
+    "max_steps": int(steps.max()),
+    "flops_per_step": step_flops,
+    "modes": {},
+    "compile_s": {},
+    "useful_step_fraction_by_mode": {},
+    "chunk_size_by_mode": {},
+    "skipped": {},
+    "max_abs_diff": {},
   }
 
-  modes = _mode_list(num_selected, args.chunk_sizes)
+  modes = [(n, md, c, False) for n, md, c in _mode_list(num_selected, args.chunk_sizes)]
+  if model.conv:  # XLA:CPU convolutions in loops are slow: run only the modes asked for
+    modes = [m for m in modes if m[0] in args.cnn_modes]
   proposed = proposed_chunk_size(data.counts, num_selected, b, e)
-  modes.append(("proposed", "chunked" if proposed < num_selected else "vmap", proposed))
+  proposed_mode = "chunked" if proposed < num_selected else "vmap"
+  modes.append(("proposed", proposed_mode, proposed, False))
   record["proposed_chunk_size"] = proposed
+  im2col_model = C.make_im2col_model(model_name, data) if model.conv else None
+  if model.conv:
+    modes += [
+      ("im2col_map", "map", 0, True),
+      ("im2col_auto", "auto", 0, True),
+      ("im2col_proposed", proposed_mode, proposed, True),
+    ]
   fns: dict = {}
   reference = None
   per_client = None
   aux = jnp.asarray(cohort)
   call_args = (params, jnp.asarray(cohort), jnp.asarray(valid), key, lr, aux)
-  for name, mode, chunk in modes:
+  im2col_per_client = None
+  for name, mode, chunk, im2col in modes:
     trainer = C.build_trainer(
-        model, data, num_selected, mode, chunk, b, e, train_x=train_x, train_y=train_y
+      im2col_model if im2col else model,
+      data,
+      num_selected,
+      mode,
+      chunk,
+      b,
+      e,
+      train_x=train_x,
+      train_y=train_y,
     )
+    if im2col and im2col_per_client is None:
+      im2col_per_client = trainer.per_client_loop
     record["chunk_size_by_mode"][name] = int(trainer.chunk_size)
     lane_steps = _padded_lane_steps(steps, trainer.chunk_size)
     est_gflop = lane_steps * step_flops / 1e9
@@ -161,29 +182,33 @@ def bench_config(model_name: str, num_selected: int, args) -> dict:
     else:
       record["max_abs_diff"][name] = C.assert_close(name, out.deltas, reference, args.atol)
     fns[name] = lambda compiled=compiled: compiled(*call_args)
-    if per_client is None:
+    if per_client is None and not im2col:
       per_client = trainer.per_client_loop
   if per_client is None:  # every mode skipped: still time the reference loops
     per_client = C.build_trainer(
-        model, data, num_selected, "map", 0, b, e, train_x=train_x, train_y=train_y
+      model, data, num_selected, "map", 0, b, e, train_x=train_x, train_y=train_y
     ).per_client_loop
 
   loops: dict = {}
   loops["per_client_loop"] = lambda: per_client(params, cohort, valid, key, lr, cohort).deltas
+  if im2col_per_client is not None:
+    loops["im2col_per_client_loop"] = lambda: (
+      im2col_per_client(params, cohort, valid, key, lr, cohort).deltas
+    )
   if useful_steps <= args.max_loop_steps:
     loops["per_step_loop"] = C.make_per_step_loop(model, data, batches, args.lr)
   else:
     record["skipped"]["per_step_loop"] = f"{useful_steps:.0f} steps > --max_loop_steps"
   if C.torch_available() and not args.no_torch and useful_steps <= args.max_loop_steps:
-    threads = args.torch_threads or (C.machine_info()["nproc"] if model.conv else 1)
+    threads = args.torch_threads or ((os.cpu_count() or 1) if model.conv else 1)
     loops["torch_loop"], record["torch_threads"] = C.make_torch_loop(
-        model_name, data, batches, args.lr, threads
+      model_name, data, batches, args.lr, threads
     )
   elif not C.torch_available():
     record["skipped"]["torch_loop"] = "torch not importable"
   for name, fn in loops.items():
     t0 = time.perf_counter()
-    if name == "per_client_loop":
+    if name.endswith("per_client_loop"):
       out = fn()
     else:
       out = fn(params, cohort)
@@ -192,13 +217,13 @@ def bench_config(model_name: str, num_selected: int, args) -> dict:
       reference = out
     else:
       record["max_abs_diff"][name] = C.assert_close(name, out, reference, args.atol)
-    if name != "per_client_loop":
+    if not name.endswith("per_client_loop"):
       fns[name] = lambda fn=fn: fn(params, cohort)
     else:
       fns[name] = fn
 
   timings = C.interleaved_medians(fns, args.repeats, warmup=1)
-  for name, _, _ in modes:
+  for name, *_ in modes:
     if name in timings:
       record["modes"][name] = timings[name]["median_s"]
   record["samples_s"] = {k: v["samples_s"] for k, v in timings.items()}
@@ -206,6 +231,8 @@ def bench_config(model_name: str, num_selected: int, args) -> dict:
   record["ours_s"] = get("auto")
   record["proposed_s"] = get("proposed")
   record["per_client_loop_s"] = get("per_client_loop")
+  record["im2col_per_client_loop_s"] = get("im2col_per_client_loop")
+  record["im2col_s"] = get("im2col_proposed")
   record["per_step_loop_s"] = get("per_step_loop")
   record["torch_loop_s"] = get("torch_loop")
   record["useful_step_fraction"] = record["useful_step_fraction_by_mode"].get("auto")
@@ -213,7 +240,7 @@ def bench_config(model_name: str, num_selected: int, args) -> dict:
   ours = record["ours_s"]
   record["useful_gflops"] = useful_flops / ours / 1e9 if ours else None
   record["useful_gflops_by_mode"] = {
-      k: (useful_flops / v / 1e9 if v else None) for k, v in record["modes"].items()
+    k: (useful_flops / v / 1e9 if v else None) for k, v in record["modes"].items()
   }
   record["matmul_gflops"], record["matmul_n"] = C.matmul_gflops(useful_flops)
   best = min((v, k) for k, v in record["modes"].items() if v)
@@ -225,7 +252,7 @@ def bench_config(model_name: str, num_selected: int, args) -> dict:
   record["speedup_vs_per_client_loop"] = ratio("per_client_loop_s", "ours_s")
   record["speedup_vs_per_step_loop"] = ratio("per_step_loop_s", "ours_s")
   record["speedup_vs_torch"] = ratio("torch_loop_s", "ours_s")
-  record["machine"] = C.machine_info()
+  record["machine"] = C.machine_info(with_torch=True)
   return record
 
 
@@ -263,31 +290,31 @@ def bench_round_level(model_name: str, args) -> dict:
     return holder["state"].params
 
   timings = C.interleaved_medians(
-      {
-          "run_rounds": run_block,
-          "engine": lambda: trainer(holder["state"].params, cohort, valid, key, lr, cohort),
-      },
-      args.repeats,
-      warmup=0,
+    {
+      "run_rounds": run_block,
+      "engine": lambda: trainer(holder["state"].params, cohort, valid, key, lr, cohort),
+    },
+    args.repeats,
+    warmup=0,
   )
   per_round = timings["run_rounds"]["median_s"] / rounds
   engine_s = timings["engine"]["median_s"]
   return {
-      "kind": "round",
-      "model": model_name,
-      "num_clients": num_clients,
-      "clients_per_round": num_selected,
-      "local_epochs": args.local_epochs,
-      "availability": "idl",
-      "selection": "uniform",
-      "aggregator": "fedavg",
-      "rounds_per_call": rounds,
-      "round_s": per_round,
-      "engine_s": engine_s,
-      "overhead_fraction": (per_round - engine_s) / per_round,
-      "compile_s": round(compile_s, 3),
-      "chunk_size": int(sim.trainer.chunk_size),
-      "machine": C.machine_info(),
+    "kind": "round",
+    "model": model_name,
+    "num_clients": num_clients,
+    "clients_per_round": num_selected,
+    "local_epochs": args.local_epochs,
+    "availability": "idl",
+    "selection": "uniform",
+    "aggregator": "fedavg",
+    "rounds_per_call": rounds,
+    "round_s": per_round,
+    "engine_s": engine_s,
+    "overhead_fraction": (per_round - engine_s) / per_round,
+    "compile_s": round(compile_s, 3),
+    "chunk_size": int(sim.trainer.chunk_size),
+    "machine": C.machine_info(),
   }
 
 
@@ -297,6 +324,11 @@ def parse_args(argv=None):
   p.add_argument("--cohorts", default="10,100,1000", help="cohort sizes M for logreg/mlp")
   p.add_argument("--cnn_cohorts", default="10", help="cohort sizes M for the CNNs")
   p.add_argument("--chunk_sizes", default="4,8,16,32", help="chunk sizes for chunked mode")
+  p.add_argument(
+    "--cnn_modes",
+    default="map,auto",
+    help="engine modes run with flax (lax.conv) CNNs; im2col variants always run",
+  )
   p.add_argument("--batch_size", type=int, default=10)
   p.add_argument("--local_epochs", type=int, default=1)
   p.add_argument("--lr", type=float, default=0.05)
@@ -307,8 +339,10 @@ def parse_args(argv=None):
   p.add_argument("--max_loop_steps", type=float, default=40000)
   p.add_argument("--no_torch", action="store_true")
   p.add_argument(
-      "--torch_threads", type=int, default=0,
-      help="torch intra-op threads (0: 1 for dense models, nproc for CNNs)",
+    "--torch_threads",
+    type=int,
+    default=0,
+    help="torch intra-op threads (0: 1 for dense models, nproc for CNNs)",
   )
   p.add_argument("--round_level", action="store_true", help="also time Simulation.run_rounds")
   p.add_argument("--round_clients", type=int, default=1000)
@@ -321,8 +355,9 @@ def parse_args(argv=None):
   args.cohorts = [int(v) for v in args.cohorts.split(",") if v]
   args.cnn_cohorts = [int(v) for v in args.cnn_cohorts.split(",") if v]
   args.chunk_sizes = [int(v) for v in args.chunk_sizes.split(",") if v]
+  args.cnn_modes = [v for v in args.cnn_modes.split(",") if v]
   if args.quick:
-    args.cohorts, args.cnn_cohorts, args.chunk_sizes = [4], [2], [2]
+    args.cohorts, args.cnn_cohorts, args.chunk_sizes = [4], [2], []
     args.repeats, args.round_clients, args.round_selected, args.round_rounds = 1, 8, 4, 2
   for m in args.models:
     if m not in MODELS:
@@ -334,9 +369,20 @@ def _emit(record: dict, as_json: bool) -> None:
   if as_json:
     print(json.dumps(record), flush=True)
   else:
-    keys = ("model", "clients_per_round", "ours_s", "proposed_s", "per_client_loop_s",
-            "per_step_loop_s", "torch_loop_s", "useful_step_fraction", "useful_gflops",
-            "matmul_gflops", "round_s", "engine_s")
+    keys = (
+      "model",
+      "clients_per_round",
+      "ours_s",
+      "proposed_s",
+      "per_client_loop_s",
+      "per_step_loop_s",
+      "torch_loop_s",
+      "useful_step_fraction",
+      "useful_gflops",
+      "matmul_gflops",
+      "round_s",
+      "engine_s",
+    )
     print("  ".join(f"{k}={record[k]}" for k in keys if k in record), flush=True)
 
 

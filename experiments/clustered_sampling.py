@@ -87,21 +87,38 @@ def dirichlet_data(dataset, alpha, groups, test_fraction, seed=0, data_dir=""):
   sizes = np.round(train_sizes / (1.0 - test_fraction)).astype(np.int64)
   x, y = resample(x, y, int(sizes.sum()) + len(sizes), seed)
   return loaders.federate(
-    x, y, tx, ty, c, len(sizes), "dirichlet", seed=seed, test_fraction=test_fraction,
-    name=f"{dataset}/dirichlet(alpha={alpha:g}), size groups", alpha=float(alpha),
+    x,
+    y,
+    tx,
+    ty,
+    c,
+    len(sizes),
+    "dirichlet",
+    seed=seed,
+    test_fraction=test_fraction,
+    name=f"{dataset}/dirichlet(alpha={alpha:g}), size groups",
+    alpha=float(alpha),
     sizes=sizes,
   )
 
 
-def one_class_data(dataset, num_clients, examples_per_client, test_fraction, seed=0,
-                   data_dir=""):
+def one_class_data(dataset, num_clients, examples_per_client, test_fraction, seed=0, data_dir=""):
   """One class per client, 10 clients per class, equal sizes (Sec. 6, MNIST)."""
   x, y, tx, ty, c = pool(dataset, data_dir)
   per_client = round(examples_per_client / (1.0 - test_fraction))
   x, y = resample(x, y, int(1.1 * num_clients * per_client), seed)
   return loaders.federate(
-    x, y, tx, ty, c, num_clients, "shards", seed=seed, test_fraction=test_fraction,
-    examples_per_client=examples_per_client, name=f"{dataset}/one class per client",
+    x,
+    y,
+    tx,
+    ty,
+    c,
+    num_clients,
+    "shards",
+    seed=seed,
+    test_fraction=test_fraction,
+    examples_per_client=examples_per_client,
+    name=f"{dataset}/one class per client",
     labels_per_client=1,
   )
 
@@ -125,8 +142,12 @@ def run_setup(name, ds, base, cfg, method_keys, output_dir, seeds, resume, **ove
     c = cell_config(base, cfg.methods[mk], num_clients=ds.num_clients, **overrides)
     folder = os.path.join(output_dir, "cells", f"{name}-{mk}")
     out[mk] = common.run_cell(c, folder, seeds, lambda _c: ds, resume=resume)
-    logging.info("%s %s: final test loss %s", name, mk,
-                 common.fmt(*common.mean_std([s["final_test_loss"] for s, _ in out[mk]])))
+    logging.info(
+      "%s %s: final test loss %s",
+      name,
+      mk,
+      common.fmt(*common.mean_std([s["final_test_loss"] for s, _ in out[mk]])),
+    )
   return out
 
 
@@ -140,14 +161,21 @@ def summary_rows(label, runs, cfg, method_keys):
     for key in ("final_test_accuracy", "best_test_accuracy"):
       m, s = common.mean_std([100 * r[key] for r, _ in res])
       row.append(common.fmt(m, s, digits=2))
-    tail = [np.mean([r["train_loss"] for r in h[-max(1, len(h) // 5):]]) for _, h in res]
+    tail = [np.mean([r["train_loss"] for r in h[-max(1, len(h) // 5) :]]) for _, h in res]
     row.append(common.fmt(*common.mean_std(tail)))
     rows.append(row)
   return rows
 
 
-HEADER = ["Set-up", "Method", "final test loss", "best test loss", "final test acc (%)",
-          "best test acc (%)", "train loss (last 20 % of evals)"]
+HEADER = [
+  "Set-up",
+  "Method",
+  "final test loss",
+  "best test loss",
+  "final test acc (%)",
+  "best test acc (%)",
+  "train loss (last 20 % of evals)",
+]
 
 
 def plot_setup(runs, cfg, method_keys, path, title):
@@ -181,8 +209,11 @@ def plot_setup(runs, cfg, method_keys, path, title):
 
 def representative_updates(base, ds, seed=0):
   """Every client's local update from the initial global model (f32[N, P])."""
-  c = cell_config(base, ml_collections.ConfigDict(
-    {"selection": "uniform", "selection_hparams": {}}), num_clients=ds.num_clients)
+  c = cell_config(
+    base,
+    ml_collections.ConfigDict({"selection": "uniform", "selection_hparams": {}}),
+    num_clients=ds.num_clients,
+  )
   sim, _ = experiment.build(c, ds)
   state = sim.init(seed)
   m, n = sim.num_selected, ds.num_clients
@@ -191,8 +222,9 @@ def representative_updates(base, ds, seed=0):
     ids = jnp.arange(start, start + m) % n
     valid = jnp.arange(start, start + m) < n
     aux = sim.client_update.prepare(state.client_state, ids)
-    res = sim.trainer(state.params, ids, valid, jax.random.PRNGKey(start), sim.client_lr(
-      state.round), aux)
+    res = sim.trainer(
+      state.params, ids, valid, jax.random.PRNGKey(start), sim.client_lr(state.round), aux
+    )
     chunks.append(similarity.flatten_stacked(res.deltas))
   return jnp.concatenate(chunks)[:n]
 
@@ -210,25 +242,27 @@ def selection_weight_samples(strategy, num_examples, updates, num_rounds: int, s
   state0 = strategy.init(jax.random.PRNGKey(seed), ClientInfo(num_examples, label_counts))
   avail = jnp.ones((n,), bool)
 
-  def ctx(t):
-    return SelectionContext(
-      params=None, client_losses=lambda ids: jnp.zeros(ids.shape, jnp.float32),
-      update_sketch=updates, embeddings=jnp.zeros((n, 0)), seen=jnp.ones((n,), bool),
-      avail_probs=jnp.ones((n,), jnp.float32), num_examples=num_examples,
-      eval_value=lambda p: jnp.float32(0), round=t,
-    )
-
   @jax.jit
-  def run(state):
+  def run(state, updates, num_examples):
     def body(s, t):
-      sel, s = strategy.select(s, jax.random.fold_in(jax.random.PRNGKey(seed), t), avail, t,
-                               ctx(t))
+      ctx = SelectionContext(
+        params=None,
+        client_losses=lambda ids: jnp.zeros(ids.shape, jnp.float32),
+        update_sketch=updates,
+        embeddings=jnp.zeros((n, 0)),
+        seen=jnp.ones((n,), bool),
+        avail_probs=jnp.ones((n,), jnp.float32),
+        num_examples=num_examples,
+        eval_value=lambda p: jnp.float32(0),
+        round=t,
+      )
+      sel, s = strategy.select(s, jax.random.fold_in(jax.random.PRNGKey(seed), t), avail, t, ctx)
       w = jnp.zeros((n,), jnp.float32).at[sel.cohort].add(jnp.where(sel.valid, sel.weights, 0.0))
       return s, w
 
     return jax.lax.scan(body, state, jnp.arange(num_rounds))[1]
 
-  return run(state0)
+  return run(state0, jnp.asarray(updates, jnp.float32), num_examples)
 
 
 def analytic_variance(r: np.ndarray) -> np.ndarray:
@@ -252,21 +286,31 @@ def weight_variance(cfg, base, ds, method_keys, output_dir, num_rounds, seed=0):
     distinct[mk] = float(np.mean(np.sum(w > 0, axis=1)))
   theory = {
     "md": p * (1 - p) / m,  # Eq. 14
-    "alg1": analytic_variance(np.asarray(selection.sample_size_distributions(
-      jnp.asarray(n_i), m))),
+    "alg1": analytic_variance(np.asarray(selection.sample_size_distributions(jnp.asarray(n_i), m))),
   }
   rows = []
   for mk in method_keys:
     th = theory.get(mk)
-    rows.append([
-      cfg.methods[mk].label, float(np.mean(measured[mk])), float(np.max(measured[mk])),
-      float(np.mean(th)) if th is not None else "", distinct[mk],
-      float(np.mean(measured[mk] <= measured["md"] + 3e-4)) if "md" in measured else "",
-    ])
+    rows.append(
+      [
+        cfg.methods[mk].label,
+        float(np.mean(measured[mk])),
+        float(np.max(measured[mk])),
+        float(np.mean(th)) if th is not None else "",
+        distinct[mk],
+        float(np.mean(measured[mk] <= measured["md"] + 3e-4)) if "md" in measured else "",
+      ]
+    )
   md_text = results.write_table(
     os.path.join(output_dir, "table_weight_variance"),
-    ["Method", "mean_i Var[ω_i] (measured)", "max_i Var[ω_i]", "mean_i Var[ω_i] (Eq. 14/16)",
-     "distinct clients per round", "share of clients with Var <= MD's"],
+    [
+      "Method",
+      "mean_i Var[ω_i] (measured)",
+      "max_i Var[ω_i]",
+      "mean_i Var[ω_i] (Eq. 14/16)",
+      "distinct clients per round",
+      "share of clients with Var <= MD's",
+    ],
     rows,
     f"Aggregation-weight variance over {num_rounds} selection-only rounds ({ds.name}, "
     f"N={len(n_i)}, m={m})",
@@ -279,18 +323,29 @@ def weight_variance(cfg, base, ds, method_keys, output_dir, num_rounds, seed=0):
   order = np.lexsort((np.arange(len(n_i)), n_i))
   fig, ax = plt.subplots(figsize=(8, 4))
   for j, mk in enumerate(method_keys):
-    ax.plot(np.arange(len(n_i)), measured[mk][order], ".", ms=4, color=f"C{j}",
-            label=f"{cfg.methods[mk].label} (measured)")
+    ax.plot(
+      np.arange(len(n_i)),
+      measured[mk][order],
+      ".",
+      ms=4,
+      color=f"C{j}",
+      label=f"{cfg.methods[mk].label} (measured)",
+    )
     if mk in theory:
-      ax.plot(np.arange(len(n_i)), theory[mk][order], "-", lw=1, color=f"C{j}",
-              label=f"{cfg.methods[mk].label} (Eq. {14 if mk == 'md' else 16})")
+      ax.plot(
+        np.arange(len(n_i)),
+        theory[mk][order],
+        "-",
+        lw=1,
+        color=f"C{j}",
+        label=f"{cfg.methods[mk].label} (Eq. {14 if mk == 'md' else 16})",
+      )
   ax.set_xlabel("client (sorted by number of training samples)")
   ax.set_ylabel("Var of aggregation weight ω_i (unitless)")
   ax.set_yscale("log")
   ax.grid(alpha=0.3)
   ax.legend(fontsize=7)
-  ax.set_title(f"Aggregation-weight variance per client: {ds.name}, m={m}, "
-               f"{num_rounds} rounds")
+  ax.set_title(f"Aggregation-weight variance per client: {ds.name}, m={m}, {num_rounds} rounds")
   results.save_figure(fig, os.path.join(output_dir, "weight_variance.png"))
   plt.close(fig)
   return md_text
@@ -299,9 +354,20 @@ def weight_variance(cfg, base, ds, method_keys, output_dir, num_rounds, seed=0):
 # ------------------------------------------------------------------------------ main
 
 
-def run_all(cfg, output_dir, seeds, *, quick=False, rounds=0, resume=True, dataset="digits",
-            data_dir="", alphas: Sequence[float] = (), methods: Sequence[str] = (),
-            parts: Sequence[str] = PARTS) -> dict[str, str]:
+def run_all(
+  cfg,
+  output_dir,
+  seeds,
+  *,
+  quick=False,
+  rounds=0,
+  resume=True,
+  dataset="digits",
+  data_dir="",
+  alphas: Sequence[float] = (),
+  methods: Sequence[str] = (),
+  parts: Sequence[str] = PARTS,
+) -> dict[str, str]:
   """Runs the requested parts; returns {part: markdown}."""
   os.makedirs(output_dir, exist_ok=True)
   base = ml_collections.ConfigDict(cfg.base.to_dict())
@@ -320,7 +386,7 @@ def run_all(cfg, output_dir, seeds, *, quick=False, rounds=0, resume=True, datas
     groups = QUICK_GROUPS
     num_rounds_w = 200
     one_class_n, one_class_e = 20, 40
-    method_keys = list(methods) or ["md", "alg1", "alg2_arccos"]
+    method_keys = list(methods) or ["md", "alg2_arccos"]
   if rounds:
     base.rounds = rounds
   all_alphas = list(cfg.dirichlet.alphas)
@@ -332,36 +398,80 @@ def run_all(cfg, output_dir, seeds, *, quick=False, rounds=0, resume=True, datas
       lr = cfg.dirichlet.lrs[all_alphas.index(a)] if a in all_alphas else cfg.dirichlet.lrs[0]
       ds = dirichlet_data(dataset, a, groups, base.test_fraction, base.data_seed, data_dir)
       steps = 2 if quick else int(cfg.dirichlet.local_steps)
-      runs = run_setup(f"dirichlet_a{a:g}", ds, base, cfg, method_keys, output_dir, seeds,
-                       resume, client_lr=float(lr), local_steps=steps)
-      rows += summary_rows(f"Dir(α={a:g})", runs, cfg, method_keys)
-      plot_setup(runs, cfg, method_keys, os.path.join(output_dir, f"curves_dirichlet_a{a:g}.png"),
-                 f"{dataset}, unbalanced Dir(α={a:g}), N={ds.num_clients}, m="
-                 f"{base.clients_per_round}, {steps} local steps, lr={lr:g}")
+      keys = [
+        k
+        for k in method_keys
+        if k not in cfg.dirichlet.measure_methods.split(",")
+        or a in tuple(cfg.dirichlet.measure_alphas)
+      ]
+      runs = run_setup(
+        f"dirichlet_a{a:g}",
+        ds,
+        base,
+        cfg,
+        keys,
+        output_dir,
+        seeds,
+        resume,
+        client_lr=float(lr),
+        local_steps=steps,
+      )
+      rows += summary_rows(f"Dir(α={a:g})", runs, cfg, keys)
+      plot_setup(
+        runs,
+        cfg,
+        keys,
+        os.path.join(output_dir, f"curves_dirichlet_a{a:g}.png"),
+        f"{dataset}, unbalanced Dir(α={a:g}), N={ds.num_clients}, m="
+        f"{base.clients_per_round}, {steps} local steps, lr={lr:g}",
+      )
     out["dirichlet"] = results.write_table(
-      os.path.join(output_dir, "table_dirichlet"), HEADER, rows,
-      f"Clustered sampling, unbalanced Dirichlet set-up ({dataset}), seeds {seeds}")
+      os.path.join(output_dir, "table_dirichlet"),
+      HEADER,
+      rows,
+      f"Clustered sampling, unbalanced Dirichlet set-up ({dataset}), seeds {seeds}",
+    )
   if "one_class" in parts:
-    ds = one_class_data(dataset, one_class_n, one_class_e, base.test_fraction, base.data_seed,
-                        data_dir)
+    ds = one_class_data(
+      dataset, one_class_n, one_class_e, base.test_fraction, base.data_seed, data_dir
+    )
     oc = cfg.one_class
     steps = 2 if quick else int(oc.local_steps)
-    runs = run_setup("one_class", ds, base, cfg, method_keys, output_dir, seeds, resume,
-                     client_lr=float(oc.client_lr), local_steps=steps)
+    keys = [k for k in method_keys if k not in cfg.dirichlet.measure_methods.split(",")]
+    runs = run_setup(
+      "one_class",
+      ds,
+      base,
+      cfg,
+      keys,
+      output_dir,
+      seeds,
+      resume,
+      client_lr=float(oc.client_lr),
+      local_steps=steps,
+    )
     out["one_class"] = results.write_table(
-      os.path.join(output_dir, "table_one_class"), HEADER,
-      summary_rows("one class per client", runs, cfg, method_keys),
-      f"Clustered sampling, one class per client ({dataset}), seeds {seeds}")
-    plot_setup(runs, cfg, method_keys, os.path.join(output_dir, "curves_one_class.png"),
-               f"{dataset}, one class per client, N={ds.num_clients}, m="
-               f"{base.clients_per_round}, {steps} local steps, lr={oc.client_lr:g}")
+      os.path.join(output_dir, "table_one_class"),
+      HEADER,
+      summary_rows("one class per client", runs, cfg, keys),
+      f"Clustered sampling, one class per client ({dataset}), seeds {seeds}",
+    )
+    plot_setup(
+      runs,
+      cfg,
+      keys,
+      os.path.join(output_dir, "curves_one_class.png"),
+      f"{dataset}, one class per client, N={ds.num_clients}, m="
+      f"{base.clients_per_round}, {steps} local steps, lr={oc.client_lr:g}",
+    )
   if "weights" in parts:
     a = float(cfg.weights.alpha)
     ds = dirichlet_data(dataset, a, groups, base.test_fraction, base.data_seed, data_dir)
     wb = ml_collections.ConfigDict(base.to_dict())
     wb.local_steps = 2 if quick else int(cfg.dirichlet.local_steps)
     wb.client_lr = float(cfg.dirichlet.lrs[0])
-    out["weights"] = weight_variance(cfg, wb, ds, method_keys, output_dir, num_rounds_w)
+    weight_keys = method_keys if not quick or methods else ["md", "alg1", "alg2_arccos"]
+    out["weights"] = weight_variance(cfg, wb, ds, weight_keys, output_dir, num_rounds_w)
   return out
 
 
@@ -386,9 +496,19 @@ def main(argv):
   seeds = common.parse_seeds(f.seeds)
   if f.quick and not f["seeds"].present:
     seeds = seeds[:1]
-  tables = run_all(cfg, f.output_dir, seeds, quick=f.quick, rounds=f.rounds, resume=f.resume,
-                   dataset=f.dataset, data_dir=f.data_dir, alphas=alphas, methods=methods,
-                   parts=parts)
+  tables = run_all(
+    cfg,
+    f.output_dir,
+    seeds,
+    quick=f.quick,
+    rounds=f.rounds,
+    resume=f.resume,
+    dataset=f.dataset,
+    data_dir=f.data_dir,
+    alphas=alphas,
+    methods=methods,
+    parts=parts,
+  )
   for text in tables.values():
     print(text)
   print(f"results: {f.output_dir}/")

@@ -39,36 +39,153 @@ REAL_DATASETS = ("fashion_mnist", "cifar10")
 # Table 2 of the paper (optimal test loss, mean over 3 seeds): {dataset: {mode: {method}}}.
 PAPER_TABLE2 = {
   "synthetic": {
-    "idl": dict(uniform=0.302, md=0.302, power_of_choice=0.691, fedprox=0.301, fedgs_a0=0.307,
-                fedgs_a0_5=0.311, fedgs_a1=0.328, fedgs_a2=0.306, fedgs_a5=0.317),
-    "ln": dict(uniform=0.320, md=0.322, power_of_choice=0.362, fedprox=0.346, fedgs_a0=0.305,
-               fedgs_a0_5=0.306, fedgs_a1=0.306, fedgs_a2=0.307, fedgs_a5=0.307),
-    "sln": dict(uniform=0.324, md=0.328, power_of_choice=0.352, fedprox=0.376, fedgs_a0=0.320,
-                fedgs_a0_5=0.319, fedgs_a1=0.318, fedgs_a2=0.320, fedgs_a5=0.321),
-    "ldf": dict(uniform=0.330, md=0.328, power_of_choice=0.557, fedprox=0.319, fedgs_a0=0.309,
-                fedgs_a0_5=0.308, fedgs_a1=0.308, fedgs_a2=0.308, fedgs_a5=0.309),
-    "mdf": dict(uniform=0.362, md=0.326, power_of_choice=0.301, fedprox=0.410, fedgs_a0=0.310,
-                fedgs_a0_5=0.311, fedgs_a1=0.311, fedgs_a2=0.311, fedgs_a5=0.311),
+    "idl": dict(
+      uniform=0.302,
+      md=0.302,
+      power_of_choice=0.691,
+      fedprox=0.301,
+      fedgs_a0=0.307,
+      fedgs_a0_5=0.311,
+      fedgs_a1=0.328,
+      fedgs_a2=0.306,
+      fedgs_a5=0.317,
+    ),
+    "ln": dict(
+      uniform=0.320,
+      md=0.322,
+      power_of_choice=0.362,
+      fedprox=0.346,
+      fedgs_a0=0.305,
+      fedgs_a0_5=0.306,
+      fedgs_a1=0.306,
+      fedgs_a2=0.307,
+      fedgs_a5=0.307,
+    ),
+    "sln": dict(
+      uniform=0.324,
+      md=0.328,
+      power_of_choice=0.352,
+      fedprox=0.376,
+      fedgs_a0=0.320,
+      fedgs_a0_5=0.319,
+      fedgs_a1=0.318,
+      fedgs_a2=0.320,
+      fedgs_a5=0.321,
+    ),
+    "ldf": dict(
+      uniform=0.330,
+      md=0.328,
+      power_of_choice=0.557,
+      fedprox=0.319,
+      fedgs_a0=0.309,
+      fedgs_a0_5=0.308,
+      fedgs_a1=0.308,
+      fedgs_a2=0.308,
+      fedgs_a5=0.309,
+    ),
+    "mdf": dict(
+      uniform=0.362,
+      md=0.326,
+      power_of_choice=0.301,
+      fedprox=0.410,
+      fedgs_a0=0.310,
+      fedgs_a0_5=0.311,
+      fedgs_a1=0.311,
+      fedgs_a2=0.311,
+      fedgs_a5=0.311,
+    ),
   },
   "cifar10": {
-    "idl": dict(uniform=0.975, md=0.971, power_of_choice=1.287, fedprox=0.972, fedgs_a0=1.006,
-                fedgs_a0_5=0.977, fedgs_a1=0.968, fedgs_a2=0.970, fedgs_a5=0.976),
-    "ln": dict(uniform=1.042, md=1.037, power_of_choice=1.108, fedprox=1.056, fedgs_a0=0.976,
-               fedgs_a0_5=0.973, fedgs_a1=0.972, fedgs_a2=0.975, fedgs_a5=0.974),
-    "sln": dict(uniform=1.038, md=1.048, power_of_choice=1.078, fedprox=1.162, fedgs_a0=1.002,
-                fedgs_a0_5=1.000, fedgs_a1=0.996, fedgs_a2=1.001, fedgs_a5=0.996),
-    "ldf": dict(uniform=1.049, md=1.051, power_of_choice=1.267, fedprox=1.039, fedgs_a0=0.974,
-                fedgs_a0_5=0.966, fedgs_a1=0.971, fedgs_a2=0.973, fedgs_a5=0.972),
-    "mdf": dict(uniform=0.999, md=0.991, power_of_choice=1.026, fedprox=0.995, fedgs_a0=0.967,
-                fedgs_a0_5=0.974, fedgs_a1=0.963, fedgs_a2=0.969, fedgs_a5=0.972),
+    "idl": dict(
+      uniform=0.975,
+      md=0.971,
+      power_of_choice=1.287,
+      fedprox=0.972,
+      fedgs_a0=1.006,
+      fedgs_a0_5=0.977,
+      fedgs_a1=0.968,
+      fedgs_a2=0.970,
+      fedgs_a5=0.976,
+    ),
+    "ln": dict(
+      uniform=1.042,
+      md=1.037,
+      power_of_choice=1.108,
+      fedprox=1.056,
+      fedgs_a0=0.976,
+      fedgs_a0_5=0.973,
+      fedgs_a1=0.972,
+      fedgs_a2=0.975,
+      fedgs_a5=0.974,
+    ),
+    "sln": dict(
+      uniform=1.038,
+      md=1.048,
+      power_of_choice=1.078,
+      fedprox=1.162,
+      fedgs_a0=1.002,
+      fedgs_a0_5=1.000,
+      fedgs_a1=0.996,
+      fedgs_a2=1.001,
+      fedgs_a5=0.996,
+    ),
+    "ldf": dict(
+      uniform=1.049,
+      md=1.051,
+      power_of_choice=1.267,
+      fedprox=1.039,
+      fedgs_a0=0.974,
+      fedgs_a0_5=0.966,
+      fedgs_a1=0.971,
+      fedgs_a2=0.973,
+      fedgs_a5=0.972,
+    ),
+    "mdf": dict(
+      uniform=0.999,
+      md=0.991,
+      power_of_choice=1.026,
+      fedprox=0.995,
+      fedgs_a0=0.967,
+      fedgs_a0_5=0.974,
+      fedgs_a1=0.963,
+      fedgs_a2=0.969,
+      fedgs_a5=0.972,
+    ),
   },
   "fashion_mnist": {
-    "idl": dict(uniform=0.315, md=0.315, power_of_choice=0.345, fedprox=0.315, fedgs_a0=0.302,
-                fedgs_a0_5=0.299, fedgs_a1=0.300, fedgs_a2=0.310, fedgs_a5=0.307),
-    "ymf": dict(uniform=0.331, md=0.333, power_of_choice=0.326, fedprox=0.331, fedgs_a0=0.310,
-                fedgs_a0_5=0.312, fedgs_a1=0.308, fedgs_a2=0.303, fedgs_a5=0.303),
-    "yc": dict(uniform=0.333, md=0.338, power_of_choice=0.311, fedprox=0.374, fedgs_a0=0.324,
-               fedgs_a0_5=0.312, fedgs_a1=0.310, fedgs_a2=0.312, fedgs_a5=0.307),
+    "idl": dict(
+      uniform=0.315,
+      md=0.315,
+      power_of_choice=0.345,
+      fedprox=0.315,
+      fedgs_a0=0.302,
+      fedgs_a0_5=0.299,
+      fedgs_a1=0.300,
+      fedgs_a2=0.310,
+      fedgs_a5=0.307,
+    ),
+    "ymf": dict(
+      uniform=0.331,
+      md=0.333,
+      power_of_choice=0.326,
+      fedprox=0.331,
+      fedgs_a0=0.310,
+      fedgs_a0_5=0.312,
+      fedgs_a1=0.308,
+      fedgs_a2=0.303,
+      fedgs_a5=0.303,
+    ),
+    "yc": dict(
+      uniform=0.333,
+      md=0.338,
+      power_of_choice=0.311,
+      fedprox=0.374,
+      fedgs_a0=0.324,
+      fedgs_a0_5=0.312,
+      fedgs_a1=0.310,
+      fedgs_a2=0.312,
+      fedgs_a5=0.307,
+    ),
   },
 }
 # Table 3 of the paper: {dataset: {similarity: (precision, recall, F1)}}.
@@ -78,14 +195,25 @@ PAPER_TABLE3 = {
 }
 # Table 4 of the paper: {dataset: {mode: (oracle, functional, cosine)}}.
 PAPER_TABLE4 = {
-  "synthetic": {"idl": (0.306, 0.304, 0.304), "ln": (0.305, 0.306, 0.304),
-                "sln": (0.318, 0.319, 0.318), "ldf": (0.308, 0.306, 0.307),
-                "mdf": (0.310, 0.310, 0.309)},
-  "cifar10": {"idl": (0.968, 0.963, 0.971), "ln": (0.972, 0.972, 0.973),
-              "sln": (0.996, 0.991, 0.994), "ldf": (0.966, 0.975, 0.967),
-              "mdf": (0.963, 0.962, 0.965)},
-  "fashion_mnist": {"idl": (0.299, 0.305, 0.304), "ymf": (0.303, 0.307, 0.307),
-                    "yc": (0.307, 0.314, 0.313)},
+  "synthetic": {
+    "idl": (0.306, 0.304, 0.304),
+    "ln": (0.305, 0.306, 0.304),
+    "sln": (0.318, 0.319, 0.318),
+    "ldf": (0.308, 0.306, 0.307),
+    "mdf": (0.310, 0.310, 0.309),
+  },
+  "cifar10": {
+    "idl": (0.968, 0.963, 0.971),
+    "ln": (0.972, 0.972, 0.973),
+    "sln": (0.996, 0.991, 0.994),
+    "ldf": (0.966, 0.975, 0.967),
+    "mdf": (0.963, 0.962, 0.965),
+  },
+  "fashion_mnist": {
+    "idl": (0.299, 0.305, 0.304),
+    "ymf": (0.303, 0.307, 0.307),
+    "yc": (0.307, 0.314, 0.313),
+  },
 }
 
 QUICK_METHODS = "uniform,fedgs_a1"
@@ -96,11 +224,14 @@ def define_flags():
   common.define_flags()
   flags.DEFINE_string("parts", ",".join(PARTS), f"what to produce, any of {PARTS}")
   flags.DEFINE_string(
-    "datasets", "", "comma-separated datasets (synthetic, fashion_mnist, cifar10); '' = "
-    "synthetic, plus the real ones when --data_dir is given"
+    "datasets",
+    "",
+    "comma-separated datasets (synthetic, fashion_mnist, cifar10); '' = "
+    "synthetic, plus the real ones when --data_dir is given",
   )
-  flags.DEFINE_string("methods", "", "subset of the config's methods ('' = all; --quick: "
-                      f"{QUICK_METHODS})")
+  flags.DEFINE_string(
+    "methods", "", f"subset of the config's methods ('' = all; --quick: {QUICK_METHODS})"
+  )
   flags.DEFINE_string("modes", "", "subset of the availability modes ('' = each dataset's)")
   return config_flags.DEFINE_config_file(
     "config", CONFIG_FILE, "the paper's settings (ml_collections config file)"
@@ -126,8 +257,13 @@ def load_dataset(base: ml_collections.ConfigDict, sizes: str = "") -> data_lib.F
   if base.partition == "dirichlet":
     kwargs["alpha"] = base.partition_alpha
   return data_lib.load(
-    base.dataset, base.num_clients, base.partition, seed=base.data_seed,
-    data_dir=base.data_dir or None, test_fraction=base.test_fraction, **kwargs,
+    base.dataset,
+    base.num_clients,
+    base.partition,
+    seed=base.data_seed,
+    data_dir=base.data_dir or None,
+    test_fraction=base.test_fraction,
+    **kwargs,
   )
 
 
@@ -146,8 +282,9 @@ def quick_base(base: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
 class Column:
   """One dataset column: base config, modes and the (lazily loaded, cached) dataset."""
 
-  def __init__(self, key: str, spec: ml_collections.ConfigDict, quick: bool, data_dir: str,
-               rounds: int):
+  def __init__(
+    self, key: str, spec: ml_collections.ConfigDict, quick: bool, data_dir: str, rounds: int
+  ):
     self.key = key
     self.label = spec.label
     base = ml_collections.ConfigDict(spec.base.to_dict())
@@ -159,7 +296,7 @@ class Column:
       base.rounds = rounds
     self.base = base
     self.sizes = spec.sizes if not quick else ""
-    self.modes = [m for m in spec.modes.split(",") if m]
+    self.modes = [m for m in spec.modes.split(",") if m][: 2 if quick else None]
     self._data = None
 
   @property
@@ -169,8 +306,9 @@ class Column:
     return self._data
 
 
-def cell_config(column: Column, method: ml_collections.ConfigDict,
-                mode: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+def cell_config(
+  column: Column, method: ml_collections.ConfigDict, mode: ml_collections.ConfigDict
+) -> ml_collections.ConfigDict:
   """The experiment config of one (dataset, method, availability mode) cell."""
   c = ml_collections.ConfigDict(column.base.to_dict())
   c.selection = method.selection
@@ -180,15 +318,23 @@ def cell_config(column: Column, method: ml_collections.ConfigDict,
   c.availability = mode.availability
   c.availability_hparams = ml_collections.ConfigDict(mode.availability_hparams.to_dict())
   hp = c.selection_hparams
-  if (c.selection == "fedgs" and hp.get("similarity", "oracle") == "oracle"
-      and c.dataset == "synthetic"):
+  if (
+    c.selection == "fedgs"
+    and hp.get("similarity", "oracle") == "oracle"
+    and c.dataset == "synthetic"
+  ):
     # Appendix C: Synthetic's oracle features are the clients' true local models (W_k, b_k).
     hp.oracle_features = np.asarray(column.data.extras["true_params"]).tolist()
   return c
 
 
-def run_cells(column: Column, cells: dict[str, ml_collections.ConfigDict], output_dir: str,
-              seeds: list[int], resume: bool) -> dict[str, list[tuple[dict, list[dict]]]]:
+def run_cells(
+  column: Column,
+  cells: dict[str, ml_collections.ConfigDict],
+  output_dir: str,
+  seeds: list[int],
+  resume: bool,
+) -> dict[str, list[tuple[dict, list[dict]]]]:
   out = {}
   for name, c in cells.items():
     folder = os.path.join(output_dir, "cells", name)
@@ -227,8 +373,10 @@ def table2(columns, cfg, method_keys, output_dir, seeds, resume, mode_filter=())
       best = [s["best_test_loss"] for s, _ in runs.get((d, mode, mk), [])]
       row.append(common.fmt(*common.mean_std(best), digits=3) if best else "")
     rows.append(row)
-  title = (f"FedGS Table 2: optimal test loss, mean ± std over seeds {seeds} "
-           f"({', '.join(c.label for c in columns)})")
+  title = (
+    f"FedGS Table 2: optimal test loss, mean ± std over seeds {seeds} "
+    f"({', '.join(c.label for c in columns)})"
+  )
   md = results.write_table(os.path.join(output_dir, "table2"), header, rows, title)
   cmp_rows = []
   for d, mode in keys:
@@ -239,13 +387,23 @@ def table2(columns, cfg, method_keys, output_dir, seeds, resume, mode_filter=())
       mean, std = common.mean_std(best)
       paper = PAPER_TABLE2.get(d, {}).get(mode, {}).get(mk)
       diff = mean - paper if paper is not None else float("nan")
-      cmp_rows.append([d, cfg.modes[mode].label, cfg.methods[mk].label, round(mean, 4),
-                       round(std, 4), paper if paper is not None else "", round(diff, 4),
-                       "yes" if abs(diff) > 0.02 else "no"])
+      cmp_rows.append(
+        [
+          d,
+          cfg.modes[mode].label,
+          cfg.methods[mk].label,
+          round(mean, 4),
+          round(std, 4),
+          paper if paper is not None else "",
+          round(diff, 4),
+          "yes" if abs(diff) > 0.02 else "no",
+        ]
+      )
   results.write_table(
     os.path.join(output_dir, "table2_vs_paper"),
     ["dataset", "mode", "method", "ours", "std", "paper", "ours - paper", "|diff| > 0.02"],
-    cmp_rows, "FedGS Table 2: ours vs paper (optimal test loss)",
+    cmp_rows,
+    "FedGS Table 2: ours vs paper (optimal test loss)",
   )
   _plot_table2_curves(runs, cfg, columns, method_keys, output_dir)
   return runs, md
@@ -262,7 +420,8 @@ def _plot_table2_curves(runs, cfg, columns, method_keys, output_dir):
           curves[cfg.methods[mk].label] = common.mean_curve([h for _, h in res], "test_loss")
       if curves:
         results.plot_curves(
-          curves, os.path.join(output_dir, f"curves_{col.key}_{mode}.png"),
+          curves,
+          os.path.join(output_dir, f"curves_{col.key}_{mode}.png"),
           f"{col.label}, {cfg.modes[mode].label}: N={col.base.num_clients}, "
           f"M={col.base.clients_per_round}, E={col.base.local_steps}",
           "test loss (cross-entropy, nats)",
@@ -289,19 +448,23 @@ def fig4(runs, cfg, columns, output_dir):
       present = [m for m in methods if (d, mode, m) in runs]
       if not present:
         continue
-      fig, axes = plt.subplots(1, len(present), figsize=(3.6 * len(present), 3.2), sharey=True,
-                               squeeze=False)
+      fig, axes = plt.subplots(
+        1, len(present), figsize=(3.6 * len(present), 3.2), sharey=True, squeeze=False
+      )
       n, m_sel, t = col.base.num_clients, col.base.clients_per_round, col.base.rounds
       for ax, mk in zip(axes[0], present):
         counts = np.mean([s["sampling_counts"] for s, _ in runs[(d, mode, mk)]], axis=0)
         ax.bar(np.arange(n), counts, color="C0", label="times sampled")
-        ax.axhline(m_sel * t / n, color="C3", ls="--", label=f"uniform share M·T/N")
+        ax.axhline(m_sel * t / n, color="C3", ls="--", label="uniform share M·T/N")
         ax.set_title(f"{cfg.methods[mk].label}\nvar = {np.var(counts):.1f}", fontsize=9)
         ax.set_xlabel("client id")
       axes[0][0].set_ylabel(f"times sampled in {t} rounds")
       axes[0][0].legend(fontsize=7)
-      fig.suptitle(f"Final sampling counts: {col.label}, {cfg.modes[mode].label} "
-                   f"(N={n}, M={m_sel}, mean over seeds)", y=1.06)
+      fig.suptitle(
+        f"Final sampling counts: {col.label}, {cfg.modes[mode].label} "
+        f"(N={n}, M={m_sel}, mean over seeds)",
+        y=1.06,
+      )
       path = os.path.join(output_dir, f"fig4_{d}_{mode}.png")
       results.save_figure(fig, path)
       plt.close(fig)
@@ -338,8 +501,9 @@ def oracle_similarity(ds: data_lib.FederatedData):
   return similarity.label_distribution(ds.client_info().label_counts)
 
 
-def table3_rows(config: ml_collections.ConfigDict, ds: data_lib.FederatedData, t3,
-                seed: int = 0) -> dict[str, tuple[float, float, float, float]]:
+def table3_rows(
+  config: ml_collections.ConfigDict, ds: data_lib.FederatedData, t3, seed: int = 0
+) -> dict[str, tuple[float, float, float, float]]:
   """Best (over epsilon) precision/recall/F1 of cosine and functional 3DGs vs the oracle.
 
   The global model is first trained ``t3.warmup_rounds`` rounds with FedAvg (uniform, full
@@ -365,13 +529,16 @@ def table3_rows(config: ml_collections.ConfigDict, ds: data_lib.FederatedData, t
   deltas, local = client_updates(sim, state, ds.num_clients, key)
   flat = similarity.flatten_stacked(deltas)
   val = jnp.asarray(ds.test_x[:64])
-  noise = similarity.noise_inputs(jax.random.PRNGKey(seed + 11), 64, ds.input_shape,
-                                  jnp.mean(val), jnp.std(val))
+  noise = similarity.noise_inputs(
+    jax.random.PRNGKey(seed + 11), 64, ds.input_shape, jnp.mean(val), jnp.std(val)
+  )
   emb = jax.vmap(lambda p: similarity.functional_embedding(sim.model.apply, p, noise))(local)
   oracle_adj = similarity.adjacency_3dg(oracle_similarity(ds), t3.sigma2, t3.oracle_epsilon)
   out = {}
-  for name, sim_matrix in (("functional", similarity.functional(emb)),
-                           ("cosine", similarity.cosine(flat))):
+  for name, sim_matrix in (
+    ("functional", similarity.functional(emb)),
+    ("cosine", similarity.cosine(flat)),
+  ):
     v = similarity.minmax_normalize(sim_matrix)
     best = None
     for eps in t3.epsilons:
@@ -398,8 +565,9 @@ def table3(columns, cfg, output_dir, seeds, quick):
     base.clients_per_round = 5
     if quick:
       base.local_steps = 2
-    specs.append(("digits (2 labels/client; FashionMNIST stand-in)", base,
-                  experiment.load_data(base)))
+    specs.append(
+      ("digits (2 labels/client; FashionMNIST stand-in)", base, experiment.load_data(base))
+    )
   rows = []
   for label, base, ds in specs:
     per_seed = [table3_rows(base, ds, t3, s) for s in seeds]
@@ -408,14 +576,26 @@ def table3(columns, cfg, output_dir, seeds, quick):
       eps = [x[name][3] for x in per_seed]
       key = {"CIFAR10": "cifar10", "FashionMNIST": "fashion_mnist"}.get(label)
       paper = PAPER_TABLE3.get(key, {}).get(name)
-      rows.append([label, f"{name} similarity", common.fmt(*p), common.fmt(*r), common.fmt(*f),
-                   ",".join(f"{e:g}" for e in eps),
-                   f"{paper[2]:.4f}" if paper else ""])
-  title = (f"FedGS Table 3: 3DG edges vs the oracle 3DG (eps={t3.oracle_epsilon}, "
-           f"sigma^2={t3.sigma2}), best eps per seed, seeds {seeds}")
+      rows.append(
+        [
+          label,
+          f"{name} similarity",
+          common.fmt(*p),
+          common.fmt(*r),
+          common.fmt(*f),
+          ",".join(f"{e:g}" for e in eps),
+          f"{paper[2]:.4f}" if paper else "",
+        ]
+      )
+  title = (
+    f"FedGS Table 3: 3DG edges vs the oracle 3DG (eps={t3.oracle_epsilon}, "
+    f"sigma^2={t3.sigma2}), best eps per seed, seeds {seeds}"
+  )
   return results.write_table(
     os.path.join(output_dir, "table3"),
-    ["Dataset", "Method", "Precision", "Recall", "F1-Score", "best eps", "paper F1"], rows, title,
+    ["Dataset", "Method", "Precision", "Recall", "F1-Score", "best eps", "paper F1"],
+    rows,
+    title,
   )
 
 
@@ -441,20 +621,24 @@ def table4(columns, cfg, runs2, output_dir, seeds, resume, alphas, mode_filter=(
     res = run_cells(col, cells, output_dir, seeds, resume)
     for mode in modes:
       row = [col.label, cfg.modes[mode].label]
-      oracle = [common.mean_std([s["best_test_loss"] for s, _ in runs2[(col.key, mode, mk)]])
-                for mk in cfg.methods.keys()
-                if mk.startswith("fedgs_a") and (col.key, mode, mk) in runs2]
+      oracle = [
+        common.mean_std([s["best_test_loss"] for s, _ in runs2[(col.key, mode, mk)]])
+        for mk in cfg.methods.keys()
+        if mk.startswith("fedgs_a") and (col.key, mode, mk) in runs2
+      ]
       row.append(common.fmt(*min(oracle), digits=3) if oracle else "")
       for sim_name in sims:
-        vals = [common.mean_std([s["best_test_loss"] for s, _ in
-                                 res[f"{col.key}-{mode}-fedgs_{sim_name}_a{a:g}".replace(".", "_")]])
-                for a in alphas]
+        names = [f"{col.key}-{mode}-fedgs_{sim_name}_a{a:g}".replace(".", "_") for a in alphas]
+        vals = [common.mean_std([s["best_test_loss"] for s, _ in res[nm]]) for nm in names]
         row.append(common.fmt(*min(vals), digits=3))
       paper = PAPER_TABLE4.get(col.key, {}).get(mode)
       row.append(" / ".join(f"{v:.3f}" for v in paper) if paper else "")
       rows.append(row)
-  header = ["Dataset", "Mode", "FedGS (oracle 3DG)"] + [f"FedGS_{s}" for s in sims] + [
-    "paper (oracle / func / cos)"]
+  header = (
+    ["Dataset", "Mode", "FedGS (oracle 3DG)"]
+    + [f"FedGS_{s}" for s in sims]
+    + ["paper (oracle / func / cos)"]
+  )
   title = f"FedGS Table 4: best over alpha in {list(alphas)} of the optimal test loss"
   return results.write_table(os.path.join(output_dir, "table4"), header, rows, title)
 
@@ -462,10 +646,20 @@ def table4(columns, cfg, runs2, output_dir, seeds, resume, alphas, mode_filter=(
 # ------------------------------------------------------------------------------ main
 
 
-def run_all(cfg: ml_collections.ConfigDict, output_dir: str, seeds: list[int], *,
-            quick: bool = False, data_dir: str = "", rounds: int = 0, resume: bool = True,
-            datasets: Sequence[str] = (), methods: Sequence[str] = (),
-            modes: Sequence[str] = (), parts: Sequence[str] = PARTS) -> dict[str, str]:
+def run_all(
+  cfg: ml_collections.ConfigDict,
+  output_dir: str,
+  seeds: list[int],
+  *,
+  quick: bool = False,
+  data_dir: str = "",
+  rounds: int = 0,
+  resume: bool = True,
+  datasets: Sequence[str] = (),
+  methods: Sequence[str] = (),
+  modes: Sequence[str] = (),
+  parts: Sequence[str] = PARTS,
+) -> dict[str, str]:
   """Runs the requested parts and writes their tables/figures; returns {part: markdown}."""
   if not datasets:
     datasets = ["synthetic"] + (list(REAL_DATASETS) if data_dir else [])
@@ -504,9 +698,19 @@ def main(argv):
   seeds = common.parse_seeds(f.seeds)
   if f.quick and not f["seeds"].present:
     seeds = seeds[:1]
-  tables = run_all(cfg, f.output_dir, seeds, quick=f.quick, data_dir=f.data_dir,
-                   rounds=f.rounds, resume=f.resume, datasets=datasets, methods=methods,
-                   modes=modes, parts=parts)
+  tables = run_all(
+    cfg,
+    f.output_dir,
+    seeds,
+    quick=f.quick,
+    data_dir=f.data_dir,
+    rounds=f.rounds,
+    resume=f.resume,
+    datasets=datasets,
+    methods=methods,
+    modes=modes,
+    parts=parts,
+  )
   for part, text in tables.items():
     print(text if part != "fig4" else f"Fig. 4: {text}")
   print(f"results: {f.output_dir}/")

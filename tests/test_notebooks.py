@@ -24,7 +24,9 @@ def _execute(path, monkeypatch):
   monkeypatch.setenv("JAX_PLATFORMS", "cpu")
   nb = nbformat.read(path, as_version=4)
   client = nbclient.NotebookClient(
-    nb, timeout=600, kernel_name="python3",
+    nb,
+    timeout=600,
+    kernel_name="python3",
     resources={"metadata": {"path": os.path.dirname(path)}},
   )
   client.execute()
@@ -50,9 +52,9 @@ def test_notebook_runs_on_cpu_tiny(path, monkeypatch):
   nb, text = _execute(path, monkeypatch)
   name = os.path.basename(path)
   assert not any(o.get("output_type") == "error" for c in nb.cells for o in c.get("outputs", []))
-  # Every plotting notebook produces at least one figure.
   images = [o for c in nb.cells for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
-  assert images, name
+  min_figures = {"quickstart.ipynb": 1, "fedgs.ipynb": 2, "clustered_sampling.ipynb": 3}
+  assert len(images) >= min_figures.get(name, 0), name
   if name == "quickstart.ipynb":
     losses = _floats(r"final test loss (\d+\.\d+)", text)
     variances = _floats(r"var of sampling counts (\d+\.\d+)", text)

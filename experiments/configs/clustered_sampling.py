@@ -74,6 +74,10 @@ def get_config() -> ml_collections.ConfigDict:
   c.dirichlet.lrs = DIRICHLET_LRS
   c.dirichlet.groups = GROUPS
   c.dirichlet.local_steps = 100
+  # Appendix D.2 compares the similarity measures on Dir(0.01) only: Algorithm 2 with L2 / L1
+  # runs for these alphas, the other methods for every alpha.
+  c.dirichlet.measure_alphas = (0.01,)
+  c.dirichlet.measure_methods = "alg2_l2,alg2_l1"
   # One class per client (Fig. 1).
   c.one_class = ml_collections.ConfigDict()
   c.one_class.examples_per_client = 500

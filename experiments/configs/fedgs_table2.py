@@ -145,9 +145,7 @@ def get_config() -> ml_collections.ConfigDict:
   )
   c.modes = modes()
   c.datasets = ml_collections.ConfigDict()
-  c.datasets.synthetic = _dataset(
-    "Synthetic(0.5, 0.5)", synthetic_base(), "idl,ln,sln,ldf,mdf"
-  )
+  c.datasets.synthetic = _dataset("Synthetic(0.5, 0.5)", synthetic_base(), "idl,ln,sln,ldf,mdf")
   c.datasets.cifar10 = _dataset("CIFAR10", cifar10_base(), "idl,ln,sln,ldf,mdf", "lognormal")
   c.datasets.fashion_mnist = _dataset("FashionMNIST", fashion_mnist_base(), "idl,ymf,yc")
   # Fig. 4: final sampling counts per client under one mode (paper: FashionMNIST-YMF0.9 and

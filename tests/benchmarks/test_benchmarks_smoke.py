@@ -1,0 +1,123 @@
+"""Smoke tests of the benchmark scripts (tiny settings; JSON keys, no timing assertions)."""
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from benchmarks import _common as C
+from benchmarks import pfl_setup, round_speed, scaling
+
+ENGINE_KEYS = {
+  "model",
+  "clients_per_round",
+  "local_epochs",
+  "ours_s",
+  "per_client_loop_s",
+  "per_step_loop_s",
+  "torch_loop_s",
+  "useful_step_fraction",
+  "useful_gflops",
+  "matmul_gflops",
+  "modes",
+  "compile_s",
+}
+
+
+def _lines(capsys):
+  return [json.loads(line) for line in capsys.readouterr().out.strip().splitlines()]
+
+
+def test_round_speed_quick_logreg_json_keys(capsys):
+  assert round_speed.main(["--json", "--quick", "--models=logreg", "--no_torch"]) == 0
+  (record,) = _lines(capsys)
+  assert ENGINE_KEYS <= set(record)
+  assert record["torch_loop_s"] is None
+  assert {"vmap", "map", "auto", "proposed"} <= set(record["modes"])
+  # every implementation was checked against the first mode before timing
+  assert all(d <= 1e-4 for d in record["max_abs_diff"].values())
+  assert 0.0 < record["useful_step_fraction"] <= 1.0
+  assert record["useful_step_fraction_by_mode"]["map"] == 1.0
+
+
+def test_proposed_chunk_size_rule():
+  # equal step counts: no padding at any chunk size, so one chunk (vmap) is cheapest
+  assert round_speed.proposed_chunk_size(np.full(100, 50), 100, 10, 1) == 100
+  # heavy-tailed sizes: small sorted chunks beat padding everyone to the longest client
+  counts = np.r_[np.full(99, 20), 5000]
+  assert round_speed.proposed_chunk_size(counts, 100, 10, 1) < 100
+
+
+def test_padded_lane_steps_counts_sorted_chunks():
+  # sorted [4, 3, 2, 1] in chunks of 2: 2 * 4 + 2 * 2 = 12 lane-steps; one chunk: 16
+  steps = np.array([1, 4, 2, 3])
+  assert round_speed._padded_lane_steps(steps, 2) == 12
+  assert round_speed._padded_lane_steps(steps, 4) == 16
+
+
+@pytest.mark.parametrize(
+  "padding,strides", [("SAME", (1, 1)), ("VALID", (1, 1)), ("VALID", (2, 2))]
+)
+def test_im2col_conv_equals_lax_conv(padding, strides):
+  kx, kw = jax.random.split(jax.random.PRNGKey(0))
+  x = jax.random.normal(kx, (2, 9, 9, 3))
+  w = jax.random.normal(kw, (5, 5, 3, 4))
+  dn = ("NHWC", "HWIO", "NHWC")
+  want = jax.lax.conv_general_dilated(x, w, strides, padding, dimension_numbers=dn)
+  got = C.im2col_conv(x, w, strides, padding, dimension_numbers=dn)
+  np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-5)
+
+
+def test_engine_batches_reproduce_engine_order():
+  # the host loops' batches, replayed with plain SGD, give the engine's deltas exactly
+  data = C.make_data("logreg", 3, seed=1, examples_per_client=23)
+  model = C.make_model("logreg", data)
+  params = model.init(jax.random.PRNGKey(0))
+  cohort = np.arange(3, dtype=np.int32)
+  key = jax.random.PRNGKey(5)
+  batches = C.engine_batches(data, cohort, key, 10, 1)
+  assert batches[2].tolist() == [3, 3, 3]
+  trainer = C.build_trainer(model, data, 3, "vmap")
+  out = trainer(params, jnp.asarray(cohort), jnp.ones(3, bool), key, jnp.float32(0.1), cohort)
+  loop = C.make_per_step_loop(model, data, batches, 0.1)(params, cohort)
+  assert C.tree_max_abs_diff(out.deltas, loop) <= 1e-6
+
+
+def test_scaling_parts_in_process(tmp_path):
+  args = scaling.parse_args(["--quick"])
+  parts = scaling.measure_parts(10, args)
+  quad = scaling.measure_quadratic(16, args)
+  assert {f"{p}_s" for p in scaling.PARTS} | {"num_clients", "peak_rss_mb"} <= set(parts)
+  assert parts["clients_per_round"] == 1 and parts["num_selected"] <= 1
+  assert {"cosine_s", "build_3dg_s", "num_clients"} <= set(quad)
+  scaling.plot([parts, quad], str(tmp_path / "scaling.png"))
+  assert (tmp_path / "scaling.png").stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_scaling_main_subprocesses(capsys, tmp_path):
+  argv = ["--json", "--quick", "--ns=10", "--quadratic_ns=16"]
+  assert scaling.main([*argv, f"--output_dir={tmp_path}"]) == 0
+  parts, quad, accept = _lines(capsys)
+  assert parts["kind"] == "parts" and quad["kind"] == "quadratic"
+  assert {"wall_clock_s", "peak_rss_mb", "rounds"} <= set(accept) and accept["rounds"] == 3
+  assert (tmp_path / "scaling.jsonl").read_text().count("\n") == 3
+
+
+@pytest.mark.slow
+def test_round_speed_quick_all_models(capsys):
+  assert round_speed.main(["--json", "--quick", "--round_level"]) == 0
+  records = _lines(capsys)
+  assert [r["model"] for r in records if r["kind"] == "engine"] == list(round_speed.MODELS)
+  assert all(ENGINE_KEYS <= set(r) for r in records if r["kind"] == "engine")
+  assert {"round_s", "engine_s"} <= set(next(r for r in records if r["kind"] == "round"))
+
+
+@pytest.mark.slow
+def test_pfl_setup_quick(capsys):
+  assert pfl_setup.main(["--json", "--quick", "--variants=pfl_simple_cnn_im2col"]) == 0
+  (record,) = _lines(capsys)
+  assert {"round_s", "projected_1500_rounds_s", "clients_per_round"} <= set(record)
+  assert record["projected_1500_rounds_s"] == pytest.approx(1500 * record["round_s"])
