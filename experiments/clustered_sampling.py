@@ -179,7 +179,12 @@ HEADER = [
 
 
 def plot_setup(runs, cfg, method_keys, path, title):
-  """Training loss (cohort, rolling mean) and test accuracy vs round, one line per method."""
+  """Global test loss and test accuracy vs round, one line per method (seed mean).
+
+  The paper plots the global training loss (Eq. 1); the engine's ``train_loss`` is the
+  cohort's mean loss during local training, which in one-class-per-client set-ups is
+  near zero whatever the global model does, so the global test loss stands in for it.
+  """
   import matplotlib
 
   matplotlib.use("Agg")
@@ -188,12 +193,12 @@ def plot_setup(runs, cfg, method_keys, path, title):
   fig, (a, b) = plt.subplots(1, 2, figsize=(11, 3.8))
   for mk in method_keys:
     hs = [h for _, h in runs[mk]]
-    r, loss = common.mean_curve(hs, "train_loss")
+    r, loss = common.mean_curve(hs, "test_loss")
     _, acc = common.mean_curve(hs, "test_accuracy")
     a.plot(r, loss, label=cfg.methods[mk].label)
     b.plot(r, 100 * np.asarray(acc), label=cfg.methods[mk].label)
   a.set_xlabel("server iteration (round)")
-  a.set_ylabel("training loss of the cohort (nats)")
+  a.set_ylabel("global test loss (cross-entropy, nats)")
   b.set_xlabel("server iteration (round)")
   b.set_ylabel("test accuracy (%)")
   for ax in (a, b):
@@ -298,7 +303,7 @@ def weight_variance(cfg, base, ds, method_keys, output_dir, num_rounds, seed=0):
         float(np.max(measured[mk])),
         float(np.mean(th)) if th is not None else "",
         distinct[mk],
-        float(np.mean(measured[mk] <= measured["md"] + 3e-4)) if "md" in measured else "",
+        float(np.mean(measured[mk] <= 1.1 * measured["md"])) if "md" in measured else "",
       ]
     )
   md_text = results.write_table(
@@ -309,7 +314,7 @@ def weight_variance(cfg, base, ds, method_keys, output_dir, num_rounds, seed=0):
       "max_i Var[ω_i]",
       "mean_i Var[ω_i] (Eq. 14/16)",
       "distinct clients per round",
-      "share of clients with Var <= MD's",
+      "share of clients with Var <= 1.1 x MD's",
     ],
     rows,
     f"Aggregation-weight variance over {num_rounds} selection-only rounds ({ds.name}, "
