@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import time
@@ -40,6 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from benchmarks import _common as C
+from fedjax_sel.core import engine
 
 MODELS = ("logreg", "mlp", "cnn_mnist", "cnn_cifar")
 
@@ -51,33 +51,13 @@ def proposed_chunk_size(
   local_epochs: int,
   overhead_lanes: float = 2.0,
 ) -> int:
-  """A candidate rule for ``auto`` on CPU: the chunk size with the least expected cost.
+  """The engine's ``auto`` rule on CPU (:func:`fedjax_sel.core.engine.auto_chunk_size`).
 
-  Measured on CPU (notes/speed.md): one iteration of the local-step loop over a chunk of c
-  clients costs about ``(overhead_lanes + c)`` times the cost of one client-step: batching
-  clients with vmap saves only the fixed per-iteration overhead (about two client-steps),
-  while padding costs full client-steps. For a typical cohort (the quantiles of the
-  population's step counts, sorted as the engine sorts them) the cost of chunk size c is
-  ``sum over chunks of (chunk's largest step count) * (overhead_lanes + c)``; the rule
-  returns the c in {1, 2, 4, ..., M} that minimizes it.
+  Measured on CPU (BUILD_NOTES.md, "Speed"): one iteration of the local-step loop over a
+  chunk of c clients costs about ``(overhead_lanes + c)`` client-steps.
   """
   steps = local_epochs * np.ceil(np.maximum(counts, 1) / batch_size)
-  q = (np.arange(num_selected) + 0.5) / num_selected
-  typical = np.sort(np.quantile(steps, q, method="nearest"))[::-1]
-  best, best_cost = num_selected, math.inf
-  c = 1
-  while True:
-    c = min(c, num_selected)
-    num_chunks = -(-num_selected // c)
-    padded = np.concatenate([typical, np.zeros(num_chunks * c - num_selected)])
-    per_chunk_max = padded.reshape(num_chunks, c).max(axis=1)
-    cost = float(np.sum(per_chunk_max)) * (overhead_lanes + c)
-    if cost < best_cost:
-      best, best_cost = c, cost
-    if c == num_selected:
-      break
-    c *= 2
-  return int(best)
+  return engine.auto_chunk_size(steps, num_selected, overhead_lanes)
 
 
 def _mode_list(num_selected: int, chunk_sizes: list[int]) -> list[tuple[str, str, int]]:

@@ -27,6 +27,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
@@ -111,17 +112,60 @@ def max_steps(max_examples: int, cfg: EngineConfig) -> int:
   return int(cfg.local_epochs * math.ceil(max(max_examples, 1) / cfg.batch_size))
 
 
-def resolve_chunk_size(cfg: EngineConfig, num_selected: int, conv: bool, backend: str) -> int:
+# One local-step iteration over a chunk of c clients costs about (overhead + c) client-steps:
+# vmapping clients saves only a fixed per-iteration overhead, while a padded step costs a full
+# client-step. Measured with benchmarks/round_speed.py (BUILD_NOTES.md, "Speed"): about 2 on
+# CPU; on accelerators a wide batch is nearly free, so the overhead is large.
+AUTO_OVERHEAD_LANES = {"cpu": 2.0}
+AUTO_OVERHEAD_LANES_ACCELERATOR = 64.0
+
+
+def auto_chunk_size(steps: Any, num_selected: int, overhead_lanes: float = 2.0) -> int:
+  """The chunk size with the least expected padded cost for a cohort of this population.
+
+  A typical cohort is taken as the ``num_selected`` quantiles of the population's local step
+  counts, sorted as the engine sorts them; chunk size c costs
+  ``sum over chunks of (the chunk's largest step count) * (overhead_lanes + c)``. Returns
+  the c in {1, 2, 4, ..., M} (M included) that minimizes it; equal step counts give M (vmap).
+  """
+  steps = np.asarray(steps, np.float64)
+  steps = steps[steps > 0] if np.any(steps > 0) else np.ones(1)
+  q = (np.arange(num_selected) + 0.5) / num_selected
+  typical = np.sort(np.quantile(steps, q, method="nearest"))[::-1]
+  best, best_cost = num_selected, math.inf
+  c = 1
+  while True:
+    c = min(c, num_selected)
+    num_chunks = -(-num_selected // c)
+    padded = np.concatenate([typical, np.zeros(num_chunks * c - num_selected)])
+    cost = float(np.sum(padded.reshape(num_chunks, c).max(axis=1))) * (overhead_lanes + c)
+    if cost < best_cost - 1e-9:
+      best, best_cost = c, cost
+    if c == num_selected:
+      break
+    c *= 2
+  return int(best)
+
+
+def resolve_chunk_size(
+  cfg: EngineConfig, num_selected: int, conv: bool, backend: str, steps: Any = None
+) -> int:
   """The chunk size a parallelism mode means for this cohort.
 
-  ``auto``: vmap the whole cohort for dense models (and for anything on an accelerator);
-  for convolutional models on CPU, chunks of 8 clients sorted by steps (batched
-  convolutions on CPU gain little from wider batches and padding costs real FLOPs; see
-  BUILD_NOTES.md for the measurements behind this rule).
+  ``auto``: :func:`auto_chunk_size` on the population's step counts ``steps`` (vmap when
+  every client runs the same number of steps), with the per-iteration overhead of the
+  backend; convolutional models on CPU are capped at chunks of 8 (batched convolutions on
+  CPU gain little from wider batches). Without ``steps``, vmap.
   """
   mode = cfg.parallelism
   if mode == "auto":
-    mode = "chunked" if (conv and backend == "cpu") else "vmap"
+    if steps is None:
+      return num_selected
+    lanes = AUTO_OVERHEAD_LANES.get(backend, AUTO_OVERHEAD_LANES_ACCELERATOR)
+    chunk = auto_chunk_size(steps, num_selected, lanes)
+    if conv and backend == "cpu":
+      chunk = min(chunk, 8)
+    return max(1, min(chunk, num_selected))
   if mode == "vmap":
     return num_selected
   if mode == "map":
@@ -187,11 +231,15 @@ def make_cohort_trainer(
   s_max = max_steps(n_max, cfg)
   batch = cfg.batch_size
   steps_all = steps_per_client(counts, cfg)
-  chunk = resolve_chunk_size(cfg, num_selected, conv, jax.default_backend())
+  chunk = resolve_chunk_size(cfg, num_selected, conv, jax.default_backend(), np.asarray(steps_all))
+  mesh = _client_mesh()
+  if mesh is not None and cfg.parallelism == "auto" and chunk < num_selected:
+    # chunks a multiple of the device count, so each chunk is split over every device
+    nd = mesh.devices.size
+    chunk = min(num_selected, -(-chunk // nd) * nd)
   num_chunks = -(-num_selected // chunk)
   m_pad = num_chunks * chunk
   loss_fn = cross_entropy_loss(apply_fn)
-  mesh = _client_mesh()
   if cfg.local_steps is not None:
     # passes over the data needed by the longest-running (smallest) client, capped
     num_perms = int(min(8, max(1, math.ceil(cfg.local_steps * batch / max(1, n_max // 4)))))

@@ -155,3 +155,24 @@ def test_bad_engine_config():
     engine.validate_engine_config(engine.EngineConfig(parallelism="fast"))
   with pytest.raises(ValueError, match="local_epochs=-1"):
     engine.validate_engine_config(engine.EngineConfig(local_epochs=-1))
+
+
+def test_auto_chunk_size_rule():
+  # Equal step counts: padding costs nothing, so the widest batch (vmap) wins.
+  assert engine.auto_chunk_size(np.full(50, 10), 20) == 20
+  # Heavy-tailed steps: (2 + c) * sum of chunk maxima. Hand-computed for steps
+  # [100, 1, 1, 1] and M = 4: c=1 -> 103 * 3 = 309, c=2 -> 101 * 4 = 404, c=4 -> 100 * 6 = 600.
+  assert engine.auto_chunk_size(np.array([100, 1, 1, 1]), 4) == 1
+  # A large per-iteration overhead moves the optimum to wider chunks: with 64 lanes
+  # c=1 -> 103 * 65 = 6695, c=2 -> 101 * 66 = 6666, c=4 -> 100 * 68 = 6800; with 1000 lanes
+  # c=4 (100 * 1004) beats c=2 (101 * 1002).
+  assert engine.auto_chunk_size(np.array([100, 1, 1, 1]), 4, overhead_lanes=64.0) == 2
+  assert engine.auto_chunk_size(np.array([100, 1, 1, 1]), 4, overhead_lanes=1000.0) == 4
+
+
+def test_auto_parallelism_picks_chunks_for_unequal_sizes_on_cpu():
+  cfg = engine.EngineConfig(parallelism="auto", batch_size=10)
+  steps = np.array([1] * 90 + [30] * 10)
+  assert engine.resolve_chunk_size(cfg, 20, False, "cpu", steps) < 20
+  assert engine.resolve_chunk_size(cfg, 20, False, "cpu", np.full(100, 5)) == 20
+  assert engine.resolve_chunk_size(cfg, 20, True, "cpu", np.full(100, 5)) == 8
