@@ -211,9 +211,7 @@ def engine_batches(
   b = batch_size
 
   def one(key_i, n, steps):
-    u = jax.random.uniform(key_i, (num_perms, n_max))
-    u = jnp.where(jnp.arange(n_max)[None] < n, u, 2.0)
-    perm = jnp.argsort(u, axis=-1)
+    perm = engine_lib.client_permutations(key_i, n, n_max, num_perms)
     j = jnp.arange(s_max)[:, None]
     bb = jnp.arange(b)[None, :]
     steps_per_epoch = jnp.maximum((n + b - 1) // b, 1)

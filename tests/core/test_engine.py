@@ -176,3 +176,19 @@ def test_auto_parallelism_picks_chunks_for_unequal_sizes_on_cpu():
   assert engine.resolve_chunk_size(cfg, 20, False, "cpu", steps) < 20
   assert engine.resolve_chunk_size(cfg, 20, False, "cpu", np.full(100, 5)) == 20
   assert engine.resolve_chunk_size(cfg, 20, True, "cpu", np.full(100, 5)) == 8
+
+
+def test_client_permutations_are_uniform_permutations_of_the_first_n():
+  n_max, num_perms = 37, 2000
+  for n in (1, 5, 37):
+    perm = np.asarray(
+      engine.client_permutations(jax.random.PRNGKey(n), jnp.int32(n), n_max, num_perms)
+    )
+    assert perm.shape == (num_perms, n_max)
+    np.testing.assert_array_equal(np.sort(perm[:, :n], axis=1), np.tile(np.arange(n), (num_perms, 1)))
+    np.testing.assert_array_equal(perm[:, n:], np.tile(np.arange(n, n_max), (num_perms, 1)))
+  # n = 5: where example 0 lands is uniform over the 5 positions (chi-square, 4 dof, p ~ 1e-4)
+  perm = np.asarray(engine.client_permutations(jax.random.PRNGKey(9), jnp.int32(5), n_max, 5000))
+  counts = np.bincount(np.argmax(perm[:, :5] == 0, axis=1), minlength=5)
+  chi2 = float(np.sum((counts - 1000.0) ** 2 / 1000.0))
+  assert chi2 < 23.5, counts
