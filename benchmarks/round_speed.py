@@ -160,7 +160,11 @@ def bench_config(model_name: str, num_selected: int, args) -> dict:
     if reference is None:
       reference = out.deltas
     else:
-      record["max_abs_diff"][name] = C.assert_close(name, out.deltas, reference, args.atol)
+      # im2col is another implementation of the model (convolution as patches @ kernel):
+      # float32 sums in another order, so it is checked relative to the deltas' scale
+      scale = max(float(jnp.max(jnp.abs(r))) for r in jax.tree_util.tree_leaves(reference))
+      atol = max(args.atol, 1e-3 * scale) if im2col else args.atol
+      record["max_abs_diff"][name] = C.assert_close(name, out.deltas, reference, atol)
     fns[name] = lambda compiled=compiled: compiled(*call_args)
     if per_client is None and not im2col:
       per_client = trainer.per_client_loop
