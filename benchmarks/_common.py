@@ -116,7 +116,9 @@ def make_data(
 
 
 def make_model(model_name: str, data: CohortData) -> models.Model:
-  return models.make(model_name, data.input_shape, data.num_classes)
+  """The model with ``lax.conv`` convolutions (the im2col variants are measured apart)."""
+  extra = {"conv_impl": "xla"} if model_name.startswith("cnn") else {}
+  return models.make(model_name, data.input_shape, data.num_classes, **extra)
 
 
 # ----------------------------------------------------------------------------- timing
@@ -410,111 +412,6 @@ def make_torch_loop(model_name: str, data: CohortData, batches, lr: float, threa
 
 
 # ----------------------------------------------------------------------------- im2col CNNs
-def im2col_conv(
-  lhs,
-  rhs,
-  window_strides,
-  padding,
-  lhs_dilation=None,
-  rhs_dilation=None,
-  dimension_numbers=None,
-  feature_group_count=1,
-  batch_group_count=1,
-  precision=None,
-  preferred_element_type=None,
-):
-  """``lax.conv_general_dilated`` for NHWC x HWIO as patches @ kernel (im2col).
-
-  The patches are kh*kw shifted slices concatenated on the channel axis, so the forward
-  pass and both gradients are slices, pads and matmuls: no convolution op reaches XLA.
-  On CPU, XLA runs convolutions inside a while loop (our local-step loop) on a slow path
-  (jax-ml/jax#12868) and a vmapped convolution with per-client kernels becomes a grouped
-  convolution that is slower still; matmuls have neither problem. Same arithmetic as the
-  convolution (a sum over the same kh*kw*C products), equal to float rounding.
-  Falls back to ``lax.conv_general_dilated`` for dilation, groups or other layouts.
-  """
-  dn = jax.lax.conv_dimension_numbers(lhs.shape, rhs.shape, dimension_numbers)
-  simple = (
-    lhs.ndim == 4
-    and dn.lhs_spec == (0, 3, 1, 2)
-    and dn.rhs_spec == (3, 2, 0, 1)
-    and dn.out_spec == (0, 3, 1, 2)
-    and feature_group_count == 1
-    and batch_group_count == 1
-    and all(d == 1 for d in (lhs_dilation or (1, 1)))
-    and all(d == 1 for d in (rhs_dilation or (1, 1)))
-  )
-  if not simple:
-    return jax.lax.conv_general_dilated(
-      lhs,
-      rhs,
-      window_strides,
-      padding,
-      lhs_dilation,
-      rhs_dilation,
-      dimension_numbers,
-      feature_group_count,
-      batch_group_count,
-      precision,
-      preferred_element_type,
-    )
-  kh, kw, cin, cout = rhs.shape
-  sh, sw = window_strides
-  if isinstance(padding, str):
-    padding = jax.lax.padtype_to_pads(lhs.shape[1:3], (kh, kw), (sh, sw), padding)
-  (pt, pb), (pl, pr) = padding
-  x = jnp.pad(lhs, ((0, 0), (pt, pb), (pl, pr), (0, 0)))
-  h, w = x.shape[1], x.shape[2]
-  ho, wo = (h - kh) // sh + 1, (w - kw) // sw + 1
-  cols = [
-    x[:, i : i + (ho - 1) * sh + 1 : sh, j : j + (wo - 1) * sw + 1 : sw, :]
-    for i in range(kh)
-    for j in range(kw)
-  ]
-  patches = jnp.concatenate(cols, axis=-1)  # [N, ho, wo, kh*kw*cin], order (i, j, c)
-  return jnp.einsum("nhwk,ko->nhwo", patches, rhs.reshape(kh * kw * cin, cout), precision=precision)
-
-
 def make_im2col_model(model_name: str, data: CohortData) -> models.Model:
   """The same CNN as ``models.make(model_name)`` (same param tree and init), im2col convs."""
-  import flax.linen as nn
-
-  conv = lambda *a, **k: nn.Conv(*a, conv_general_dilated=im2col_conv, **k)
-
-  class MnistCNN(nn.Module):
-    num_classes: int
-
-    @nn.compact
-    def __call__(self, x):
-      x = nn.relu(conv(32, (5, 5), padding="SAME")(x))
-      x = nn.max_pool(x, (2, 2), strides=(2, 2))
-      x = nn.relu(conv(64, (5, 5), padding="SAME")(x))
-      x = nn.max_pool(x, (2, 2), strides=(2, 2))
-      x = x.reshape((x.shape[0], -1))
-      x = nn.relu(nn.Dense(512)(x))
-      return nn.Dense(self.num_classes)(x)
-
-  class CifarCNN(nn.Module):
-    num_classes: int
-
-    @nn.compact
-    def __call__(self, x):
-      x = nn.relu(conv(32, (5, 5), padding="VALID")(x))
-      x = nn.max_pool(x, (2, 2), strides=(2, 2))
-      x = nn.relu(conv(64, (5, 5), padding="VALID")(x))
-      x = nn.max_pool(x, (2, 2), strides=(2, 2))
-      x = x.reshape((x.shape[0], -1))
-      x = nn.relu(nn.Dense(384)(x))
-      x = nn.relu(nn.Dense(192)(x))
-      return nn.Dense(self.num_classes)(x)
-
-  module = {"cnn_mnist": MnistCNN, "cnn_cifar": CifarCNN}[model_name](data.num_classes)
-  dummy = jnp.zeros((1, *data.input_shape), jnp.float32)
-  return models.Model(
-    init=lambda key: module.init(key, dummy)["params"],
-    apply=lambda params, x: module.apply({"params": params}, x),
-    name=model_name + "_im2col",
-    input_shape=tuple(data.input_shape),
-    num_classes=data.num_classes,
-    conv=True,
-  )
+  return models.make(model_name, data.input_shape, data.num_classes, conv_impl="im2col")

@@ -71,7 +71,7 @@ def make_dataset(num_clients: int, per_client: int, seed: int) -> FederatedData:
 def make_variant_model(variant: str, dataset: FederatedData) -> models.Model:
   cd = C.CohortData(None, None, None, None, dataset.input_shape, dataset.num_classes)
   if variant == "cnn_cifar":
-    return models.make("cnn_cifar", dataset.input_shape, dataset.num_classes)
+    return models.make("cnn_cifar", dataset.input_shape, dataset.num_classes, conv_impl="xla")
   if variant.startswith("cnn_cifar_im2col"):
     return C.make_im2col_model("cnn_cifar", cd)
   module = PflSimpleCNN(dataset.num_classes)

@@ -93,7 +93,16 @@ def trace_ops(model_name: str, num_selected: int, args, top: int) -> dict:
       trace = json.load(f)
   events = trace["traceEvents"] if isinstance(trace, dict) else trace
   total, count = collections.Counter(), collections.Counter()
-  skip = ("ThunkExecutor", "CommonPjRt", "while", "PjitFunction", "$", "end:", "call", "conditional")
+  skip = (
+    "ThunkExecutor",
+    "CommonPjRt",
+    "while",
+    "PjitFunction",
+    "$",
+    "end:",
+    "call",
+    "conditional",
+  )
   for e in events:
     name = e.get("name", "")
     if e.get("ph") == "X" and not name.startswith(skip):

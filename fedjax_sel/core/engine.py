@@ -292,7 +292,9 @@ def make_cohort_trainer(
 
     def body(j, carry):
       params, opt_state, loss_sum = carry
-      loss, grads = client_update.grad(loss_fn, params, global_params, (train_x[fidx[j]], train_y[fidx[j]], mb[j]), aux)
+      loss, grads = client_update.grad(
+        loss_fn, params, global_params, (train_x[fidx[j]], train_y[fidx[j]], mb[j]), aux
+      )
       updates, new_opt_state = opt.update(grads, opt_state, params)
       new_params = optax.apply_updates(params, updates)
       active = j < steps

@@ -180,9 +180,7 @@ class Simulation:
     p = sum(int(np.prod(s.shape)) for s in jax.tree_util.tree_leaves(shapes))
     uses = selection.uses_updates
     d = min(config.sketch_dim, p) if uses else 0
-    self._projection = (
-      make_projection(k_proj, p, d) if d else jnp.zeros((p, 0), jnp.float32)
-    )
+    self._projection = make_projection(k_proj, p, d) if d else jnp.zeros((p, 0), jnp.float32)
     self._noise = jax.random.normal(
       k_noise, (config.num_noise_inputs, *model.input_shape), jnp.float32
     )

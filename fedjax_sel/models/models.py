@@ -10,6 +10,25 @@ import jax
 import jax.numpy as jnp
 
 from fedjax_sel.core.registry import Registry, check_range
+from fedjax_sel.models.im2col import im2col_conv
+
+CONV_IMPLS = ("auto", "xla", "im2col")
+
+
+def _conv(conv_impl: str) -> Callable[..., nn.Module]:
+  """``nn.Conv``, or ``nn.Conv`` computing patches @ kernel (same params) for ``im2col``."""
+  if conv_impl == "im2col":
+    return lambda *a, **k: nn.Conv(*a, conv_general_dilated=im2col_conv, **k)
+  return nn.Conv
+
+
+def resolve_conv_impl(conv_impl: str, backend: str | None = None) -> str:
+  """``auto``: ``im2col`` on CPU (XLA:CPU runs convolutions in loops slowly), else ``xla``."""
+  if conv_impl not in CONV_IMPLS:
+    raise ValueError(f"conv_impl={conv_impl!r} is not one of {list(CONV_IMPLS)}")
+  if conv_impl == "auto":
+    return "im2col" if (backend or jax.default_backend()) == "cpu" else "xla"
+  return conv_impl
 
 
 class Model(NamedTuple):
@@ -56,12 +75,14 @@ class MnistCNN(nn.Module):
   """
 
   num_classes: int
+  conv_impl: str = "xla"
 
   @nn.compact
   def __call__(self, x):
-    x = nn.relu(nn.Conv(32, (5, 5), padding="SAME")(x))
+    conv = _conv(self.conv_impl)
+    x = nn.relu(conv(32, (5, 5), padding="SAME")(x))
     x = nn.max_pool(x, (2, 2), strides=(2, 2))
-    x = nn.relu(nn.Conv(64, (5, 5), padding="SAME")(x))
+    x = nn.relu(conv(64, (5, 5), padding="SAME")(x))
     x = nn.max_pool(x, (2, 2), strides=(2, 2))
     x = x.reshape((x.shape[0], -1))
     x = nn.relu(nn.Dense(512)(x))
@@ -72,12 +93,14 @@ class CifarCNN(nn.Module):
   """A small CIFAR-10 CNN (two 5x5 conv + pool layers, 384-192 dense, as in FedGS/FLGo)."""
 
   num_classes: int
+  conv_impl: str = "xla"
 
   @nn.compact
   def __call__(self, x):
-    x = nn.relu(nn.Conv(32, (5, 5), padding="VALID")(x))
+    conv = _conv(self.conv_impl)
+    x = nn.relu(conv(32, (5, 5), padding="VALID")(x))
     x = nn.max_pool(x, (2, 2), strides=(2, 2))
-    x = nn.relu(nn.Conv(64, (5, 5), padding="VALID")(x))
+    x = nn.relu(conv(64, (5, 5), padding="VALID")(x))
     x = nn.max_pool(x, (2, 2), strides=(2, 2))
     x = x.reshape((x.shape[0], -1))
     x = nn.relu(nn.Dense(384)(x))
@@ -129,17 +152,21 @@ def _check_image(name, input_shape, min_side):
 
 
 @_REGISTRY.register("cnn_mnist")
-def make_cnn_mnist(input_shape, num_classes) -> Model:
+def make_cnn_mnist(input_shape, num_classes, conv_impl: str = "auto") -> Model:
+  """``conv_impl``: ``xla`` (``lax.conv``), ``im2col`` (patches @ kernel) or ``auto``."""
   _check(input_shape, num_classes)
   _check_image("cnn_mnist", input_shape, 4)
-  return _wrap(MnistCNN(num_classes), "cnn_mnist", input_shape, num_classes, conv=True)
+  module = MnistCNN(num_classes, resolve_conv_impl(conv_impl))
+  return _wrap(module, "cnn_mnist", input_shape, num_classes, conv=True)
 
 
 @_REGISTRY.register("cnn_cifar")
-def make_cnn_cifar(input_shape, num_classes) -> Model:
+def make_cnn_cifar(input_shape, num_classes, conv_impl: str = "auto") -> Model:
+  """``conv_impl``: ``xla`` (``lax.conv``), ``im2col`` (patches @ kernel) or ``auto``."""
   _check(input_shape, num_classes)
   _check_image("cnn_cifar", input_shape, 13)
-  return _wrap(CifarCNN(num_classes), "cnn_cifar", input_shape, num_classes, conv=True)
+  module = CifarCNN(num_classes, resolve_conv_impl(conv_impl))
+  return _wrap(module, "cnn_cifar", input_shape, num_classes, conv=True)
 
 
 MODELS = tuple(_REGISTRY.names())

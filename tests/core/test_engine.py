@@ -185,7 +185,9 @@ def test_client_permutations_are_uniform_permutations_of_the_first_n():
       engine.client_permutations(jax.random.PRNGKey(n), jnp.int32(n), n_max, num_perms)
     )
     assert perm.shape == (num_perms, n_max)
-    np.testing.assert_array_equal(np.sort(perm[:, :n], axis=1), np.tile(np.arange(n), (num_perms, 1)))
+    np.testing.assert_array_equal(
+      np.sort(perm[:, :n], axis=1), np.tile(np.arange(n), (num_perms, 1))
+    )
     np.testing.assert_array_equal(perm[:, n:], np.tile(np.arange(n, n_max), (num_perms, 1)))
   # n = 5: where example 0 lands is uniform over the 5 positions (chi-square, 4 dof, p ~ 1e-4)
   perm = np.asarray(engine.client_permutations(jax.random.PRNGKey(9), jnp.int32(5), n_max, 5000))

@@ -1,0 +1,78 @@
+"""Convolution as patches @ kernel (im2col): the CNNs' default on CPU.
+
+On CPU, XLA runs a convolution inside a while loop (the engine's local-step loop) on a slow
+path (jax-ml/jax#12868), and a vmapped convolution with per-client kernels becomes a
+grouped convolution that is slower still; matmuls have neither problem. Measured with
+``benchmarks/round_speed.py`` (BUILD_NOTES.md, "Speed"): the MNIST CNN's local training of
+10 clients took 4.4 s with ``lax.conv`` and 0.71 s as im2col on the 2-core CPU.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+
+def im2col_conv(
+  lhs,
+  rhs,
+  window_strides,
+  padding,
+  lhs_dilation=None,
+  rhs_dilation=None,
+  dimension_numbers=None,
+  feature_group_count=1,
+  batch_group_count=1,
+  precision=None,
+  preferred_element_type=None,
+):
+  """``lax.conv_general_dilated`` for NHWC x HWIO as patches @ kernel (im2col).
+
+  The patches are kh*kw shifted slices concatenated on the channel axis, so the forward
+  pass and both gradients are slices, pads and matmuls: no convolution op reaches XLA.
+  On CPU, XLA runs convolutions inside a while loop (our local-step loop) on a slow path
+  (jax-ml/jax#12868) and a vmapped convolution with per-client kernels becomes a grouped
+  convolution that is slower still; matmuls have neither problem. Same arithmetic as the
+  convolution (a sum over the same kh*kw*C products), equal to float rounding.
+  Falls back to ``lax.conv_general_dilated`` for dilation, groups or other layouts.
+  """
+  dn = jax.lax.conv_dimension_numbers(lhs.shape, rhs.shape, dimension_numbers)
+  simple = (
+    lhs.ndim == 4
+    and dn.lhs_spec == (0, 3, 1, 2)
+    and dn.rhs_spec == (3, 2, 0, 1)
+    and dn.out_spec == (0, 3, 1, 2)
+    and feature_group_count == 1
+    and batch_group_count == 1
+    and all(d == 1 for d in (lhs_dilation or (1, 1)))
+    and all(d == 1 for d in (rhs_dilation or (1, 1)))
+  )
+  if not simple:
+    return jax.lax.conv_general_dilated(
+      lhs,
+      rhs,
+      window_strides,
+      padding,
+      lhs_dilation,
+      rhs_dilation,
+      dimension_numbers,
+      feature_group_count,
+      batch_group_count,
+      precision,
+      preferred_element_type,
+    )
+  kh, kw, cin, cout = rhs.shape
+  sh, sw = window_strides
+  if isinstance(padding, str):
+    padding = jax.lax.padtype_to_pads(lhs.shape[1:3], (kh, kw), (sh, sw), padding)
+  (pt, pb), (pl, pr) = padding
+  x = jnp.pad(lhs, ((0, 0), (pt, pb), (pl, pr), (0, 0)))
+  h, w = x.shape[1], x.shape[2]
+  ho, wo = (h - kh) // sh + 1, (w - kw) // sw + 1
+  cols = [
+    x[:, i : i + (ho - 1) * sh + 1 : sh, j : j + (wo - 1) * sw + 1 : sw, :]
+    for i in range(kh)
+    for j in range(kw)
+  ]
+  patches = jnp.concatenate(cols, axis=-1)  # [N, ho, wo, kh*kw*cin], order (i, j, c)
+  return jnp.einsum("nhwk,ko->nhwo", patches, rhs.reshape(kh * kw * cin, cout), precision=precision)
