@@ -12,7 +12,7 @@ the same sizes, run full rounds of ``Simulation.run_rounds`` (uniform selection,
 availability, fedavg) and report seconds per round and the projection to 1,500 rounds.
 
 Models: ``cnn_cifar`` (ours, lax convolutions), the same with im2col convolutions
-(``benchmarks._common.im2col_conv``; identical params and outputs) under the engine's
+(``fedjax_sel.models.im2col.im2col_conv``; identical params and outputs) under the engine's
 auto rule and under ``map``, and pfl-research's ``simple_cnn`` (3x3 conv 32, 3x3 conv 64,
 2x2 max-pool, dense 128, dense 10; their dropout layers are left out) with im2col convs.
 """
@@ -34,6 +34,7 @@ from fedjax_sel import aggregation, availability, client, models, selection
 from fedjax_sel.core import engine as engine_lib
 from fedjax_sel.core import simulation as sim_lib
 from fedjax_sel.data.federated import ClientSplit, FederatedData
+from fedjax_sel.models.im2col import im2col_conv
 
 VARIANTS = ("cnn_cifar", "cnn_cifar_im2col", "cnn_cifar_im2col_map", "pfl_simple_cnn_im2col")
 PFL_ROUNDS = 1500
@@ -46,7 +47,7 @@ class PflSimpleCNN(nn.Module):
 
   @nn.compact
   def __call__(self, x):
-    conv = lambda f: nn.Conv(f, (3, 3), padding="VALID", conv_general_dilated=C.im2col_conv)
+    conv = lambda f: nn.Conv(f, (3, 3), padding="VALID", conv_general_dilated=im2col_conv)
     x = nn.relu(conv(32)(x))
     x = nn.relu(conv(64)(x))
     x = nn.max_pool(x, (2, 2), strides=(2, 2))

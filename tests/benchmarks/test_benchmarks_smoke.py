@@ -9,6 +9,7 @@ import pytest
 
 from benchmarks import _common as C
 from benchmarks import pfl_setup, round_speed, scaling
+from fedjax_sel.models.im2col import im2col_conv
 
 ENGINE_KEYS = {
   "model",
@@ -66,7 +67,7 @@ def test_im2col_conv_equals_lax_conv(padding, strides):
   w = jax.random.normal(kw, (5, 5, 3, 4))
   dn = ("NHWC", "HWIO", "NHWC")
   want = jax.lax.conv_general_dilated(x, w, strides, padding, dimension_numbers=dn)
-  got = C.im2col_conv(x, w, strides, padding, dimension_numbers=dn)
+  got = im2col_conv(x, w, strides, padding, dimension_numbers=dn)
   np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-5)
 
 
