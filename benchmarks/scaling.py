@@ -67,6 +67,7 @@ def measure_parts(num_clients: int, args) -> dict:
   t0 = time.perf_counter()
   sim, _, c = _build(num_clients, args.examples_per_client, args.seed)
   build_s = time.perf_counter() - t0
+  rss_after_build = _maxrss_mb()
   state = sim.init(args.seed)
   t = jnp.asarray(0, jnp.int32)
   key = jax.random.PRNGKey(1)
@@ -97,6 +98,10 @@ def measure_parts(num_clients: int, args) -> dict:
 
   agg_f = jax.jit(aggregate)
   round_f = jax.jit(sim._round_step)  # not donating: the same state is reused
+  # XLA's own accounting of one round: the temporaries it allocates beside the state
+  mem = round_f.lower(state).compile().memory_analysis()
+  round_temp = int(getattr(mem, "temp_size_in_bytes", -1)) if mem is not None else -1
+  num_params = sum(int(x.size) for x in jax.tree_util.tree_leaves(state.params))
 
   fns = {
     "availability": lambda: sample_f(state.availability_state, key, t),
@@ -119,6 +124,11 @@ def measure_parts(num_clients: int, args) -> dict:
     "chunk_size": int(sim.trainer.chunk_size),
     "peak_rss_mb": round(_maxrss_mb(), 1),
     "rss_after_imports_mb": round(rss_before_build, 1),
+    "peak_rss_after_build_mb": round(rss_after_build, 1),
+    "state_mb": round(sum(x.nbytes for x in jax.tree_util.tree_leaves(state)) / 2**20, 2),
+    "round_temp_mb": round(round_temp / 2**20, 2),
+    "m_times_p_mb": round(4 * c.clients_per_round * num_params / 2**20, 2),
+    "num_params": num_params,
     "machine": C.machine_info(),
   }
   for part in PARTS:

@@ -174,17 +174,18 @@ def resolve_chunk_size(
 
   ``auto``: :func:`auto_chunk_size` on the population's step counts ``steps`` (vmap when
   every client runs the same number of steps), with the per-iteration overhead of the
-  backend; convolutional models on CPU are capped at chunks of 8 (batched convolutions on
-  CPU gain little from wider batches). Without ``steps``, vmap.
+  backend. Convolutional models on CPU run one client at a time (``map``): measured with
+  the im2col CNNs (``benchmarks/round_speed.py``, ``pfl_setup.py``), chunks of 4-8 clients
+  were 1.2-1.4x slower than ``map`` even with equal client sizes. Without ``steps``, vmap.
   """
   mode = cfg.parallelism
   if mode == "auto":
     if steps is None:
       return num_selected
+    if conv and backend == "cpu":
+      return 1
     lanes = AUTO_OVERHEAD_LANES.get(backend, AUTO_OVERHEAD_LANES_ACCELERATOR)
     chunk = auto_chunk_size(steps, num_selected, lanes)
-    if conv and backend == "cpu":
-      chunk = min(chunk, 8)
     return max(1, min(chunk, num_selected))
   if mode == "vmap":
     return num_selected

@@ -175,7 +175,9 @@ def test_auto_parallelism_picks_chunks_for_unequal_sizes_on_cpu():
   steps = np.array([1] * 90 + [30] * 10)
   assert engine.resolve_chunk_size(cfg, 20, False, "cpu", steps) < 20
   assert engine.resolve_chunk_size(cfg, 20, False, "cpu", np.full(100, 5)) == 20
-  assert engine.resolve_chunk_size(cfg, 20, True, "cpu", np.full(100, 5)) == 8
+  assert (
+    engine.resolve_chunk_size(cfg, 20, True, "cpu", np.full(100, 5)) == 1
+  )  # map for CNNs on CPU
 
 
 def test_client_permutations_are_uniform_permutations_of_the_first_n():
