@@ -49,15 +49,16 @@ def proposed_chunk_size(
   num_selected: int,
   batch_size: int,
   local_epochs: int,
-  overhead_lanes: float = 2.0,
+  num_params: int | None = None,
 ) -> int:
-  """The engine's ``auto`` rule on CPU (:func:`fedjax_sel.core.engine.auto_chunk_size`).
+  """The engine's ``auto`` chunk size on CPU for dense models (``engine.auto_chunk_size``).
 
-  Measured on CPU (BUILD_NOTES.md, "Speed"): one iteration of the local-step loop over a
-  chunk of c clients costs about ``(overhead_lanes + c)`` client-steps.
+  The per-iteration overhead comes from ``engine.overhead_lanes`` (measured with
+  ``benchmarks/step_profile.py``; BUILD_NOTES.md, "Speed").
   """
   steps = local_epochs * np.ceil(np.maximum(counts, 1) / batch_size)
-  return engine.auto_chunk_size(steps, num_selected, overhead_lanes)
+  lanes = engine.overhead_lanes("cpu", num_params, batch_size)
+  return engine.auto_chunk_size(steps, num_selected, lanes)
 
 
 def _mode_list(num_selected: int, chunk_sizes: list[int]) -> list[tuple[str, str, int]]:
@@ -124,7 +125,7 @@ def bench_config(model_name: str, num_selected: int, args) -> dict:
   modes = [(n, md, c, False) for n, md, c in _mode_list(num_selected, args.chunk_sizes)]
   if model.conv:  # XLA:CPU convolutions in loops are slow: run only the modes asked for
     modes = [m for m in modes if m[0] in args.cnn_modes]
-  proposed = proposed_chunk_size(data.counts, num_selected, b, e)
+  proposed = proposed_chunk_size(data.counts, num_selected, b, e, C.num_params(model))
   proposed_mode = "chunked" if proposed < num_selected else "vmap"
   modes.append(("proposed", proposed_mode, proposed, False))
   record["proposed_chunk_size"] = proposed

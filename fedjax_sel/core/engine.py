@@ -114,10 +114,27 @@ def max_steps(max_examples: int, cfg: EngineConfig) -> int:
 
 # One local-step iteration over a chunk of c clients costs about (overhead + c) client-steps:
 # vmapping clients saves only a fixed per-iteration overhead, while a padded step costs a full
-# client-step. Measured with benchmarks/round_speed.py (BUILD_NOTES.md, "Speed"): about 2 on
-# CPU; on accelerators a wide batch is nearly free, so the overhead is large.
-AUTO_OVERHEAD_LANES = {"cpu": 2.0}
+# client-step. On CPU the overhead is a fixed time (benchmarks/step_profile.py: about 9 us, the
+# cost of ~84,000 FLOPs of a small client step), so in client-steps it shrinks as the model
+# grows: ~2.3 for logistic regression on Synthetic (6 B P = 37 kFLOP per step), ~0.1 for the
+# 60-200-10 MLP (850 kFLOP), for which one client at a time wins. On accelerators a wide batch
+# is nearly free, so the overhead is large.
+AUTO_CPU_OVERHEAD_FLOPS = 8.4e4
 AUTO_OVERHEAD_LANES_ACCELERATOR = 64.0
+
+
+def overhead_lanes(backend: str, num_params: int | None = None, batch_size: int = 10) -> float:
+  """The fixed per-iteration cost of the local-step loop, in client-steps (``auto`` rule).
+
+  CPU: ``AUTO_CPU_OVERHEAD_FLOPS / (6 * batch_size * num_params)`` (a dense step's FLOPs),
+  at most 64; 2 when the model size is not known. Accelerators: 64.
+  """
+  if backend != "cpu":
+    return AUTO_OVERHEAD_LANES_ACCELERATOR
+  if not num_params:
+    return 2.0
+  step_flops = 6.0 * max(1, batch_size) * float(num_params)
+  return float(min(AUTO_OVERHEAD_LANES_ACCELERATOR, AUTO_CPU_OVERHEAD_FLOPS / step_flops))
 
 
 def auto_chunk_size(steps: Any, num_selected: int, overhead_lanes: float = 2.0) -> int:
@@ -168,15 +185,21 @@ def client_permutations(key: jax.Array, n: jax.Array, n_max: int, num_perms: int
 
 
 def resolve_chunk_size(
-  cfg: EngineConfig, num_selected: int, conv: bool, backend: str, steps: Any = None
+  cfg: EngineConfig,
+  num_selected: int,
+  conv: bool,
+  backend: str,
+  steps: Any = None,
+  num_params: int | None = None,
 ) -> int:
   """The chunk size a parallelism mode means for this cohort.
 
   ``auto``: :func:`auto_chunk_size` on the population's step counts ``steps`` (vmap when
-  every client runs the same number of steps), with the per-iteration overhead of the
-  backend. Convolutional models on CPU run one client at a time (``map``): measured with
-  the im2col CNNs (``benchmarks/round_speed.py``, ``pfl_setup.py``), chunks of 4-8 clients
-  were 1.2-1.4x slower than ``map`` even with equal client sizes. Without ``steps``, vmap.
+  every client runs the same number of steps), with the per-iteration overhead of
+  :func:`overhead_lanes` for this backend and model size. Convolutional models on CPU run
+  one client at a time (``map``): measured with the im2col CNNs (``round_speed.py``,
+  ``pfl_setup.py``), chunks of 4-8 clients were 1.2-1.4x slower than ``map`` even with
+  equal client sizes. Without ``steps``, vmap.
   """
   mode = cfg.parallelism
   if mode == "auto":
@@ -184,7 +207,7 @@ def resolve_chunk_size(
       return num_selected
     if conv and backend == "cpu":
       return 1
-    lanes = AUTO_OVERHEAD_LANES.get(backend, AUTO_OVERHEAD_LANES_ACCELERATOR)
+    lanes = overhead_lanes(backend, num_params, cfg.batch_size)
     chunk = auto_chunk_size(steps, num_selected, lanes)
     return max(1, min(chunk, num_selected))
   if mode == "vmap":
@@ -228,6 +251,7 @@ def make_cohort_trainer(
   cfg: EngineConfig,
   num_selected: int,
   conv: bool = False,
+  num_params: int | None = None,
 ) -> Callable[..., CohortResult]:
   """Builds ``train(params, cohort, valid, key, lr, aux) -> CohortResult``.
 
@@ -240,6 +264,7 @@ def make_cohort_trainer(
     cfg: EngineConfig.
     num_selected: M, the cohort slots.
     conv: whether the model is convolutional (for the ``auto`` parallelism rule).
+    num_params: the model's parameter count (for the ``auto`` rule; None: assume small).
 
   Returns:
     A pure, jittable function. ``cohort: i32[M]``, ``valid: bool[M]``, ``lr: f32[]``,
@@ -252,7 +277,9 @@ def make_cohort_trainer(
   s_max = max_steps(n_max, cfg)
   batch = cfg.batch_size
   steps_all = steps_per_client(counts, cfg)
-  chunk = resolve_chunk_size(cfg, num_selected, conv, jax.default_backend(), np.asarray(steps_all))
+  chunk = resolve_chunk_size(
+    cfg, num_selected, conv, jax.default_backend(), np.asarray(steps_all), num_params
+  )
   mesh = _client_mesh()
   if mesh is not None and cfg.parallelism == "auto" and chunk < num_selected:
     # chunks a multiple of the device count, so each chunk is split over every device
@@ -337,9 +364,24 @@ def make_cohort_trainer(
         (flat_idx, mask, chunk_steps, chunk_aux), mesh
       )
       num_iters = jnp.max(chunk_steps)
-      delta, loss = jax.vmap(train_one, in_axes=(None, 0, 0, 0, 0, None, None))(
-        global_params, flat_idx, mask, chunk_steps_s, chunk_aux, lr, num_iters
-      )
+      if chunk == 1:
+        # one client: no vmap, so its matmuls stay plain GEMMs (a batch dimension of 1
+        # takes XLA:CPU's slower batched-dot path)
+        first = lambda a: a[0]
+        delta, loss = train_one(
+          global_params,
+          first(flat_idx),
+          first(mask),
+          first(chunk_steps_s),
+          jax.tree_util.tree_map(first, chunk_aux),
+          lr,
+          num_iters,
+        )
+        delta, loss = jax.tree_util.tree_map(lambda a: a[None], (delta, loss))
+      else:
+        delta, loss = jax.vmap(train_one, in_axes=(None, 0, 0, 0, 0, None, None))(
+          global_params, flat_idx, mask, chunk_steps_s, chunk_aux, lr, num_iters
+        )
       return delta, loss, num_iters * chunk
 
     if num_chunks == 1:

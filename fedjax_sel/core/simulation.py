@@ -165,6 +165,10 @@ class Simulation:
       config.engine,
       num_selected,
       conv=model.conv,
+      num_params=sum(
+        int(np.prod(x.shape))
+        for x in jax.tree_util.tree_leaves(jax.eval_shape(model.init, jax.random.PRNGKey(0)))
+      ),
     )
     self.global_eval = evaluation.make_global_eval(model.apply, data.test_x, data.test_y)
     self.client_eval = evaluation.make_per_client_eval(

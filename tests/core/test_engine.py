@@ -196,3 +196,23 @@ def test_client_permutations_are_uniform_permutations_of_the_first_n():
   counts = np.bincount(np.argmax(perm[:, :5] == 0, axis=1), minlength=5)
   chi2 = float(np.sum((counts - 1000.0) ** 2 / 1000.0))
   assert chi2 < 23.5, counts
+
+
+def test_auto_overhead_shrinks_with_model_size_on_cpu():
+  # logistic regression on Synthetic (610 params): ~2.3 client-steps of fixed overhead per
+  # loop iteration, so heavy-tailed cohorts run in small chunks; the 60-200-10 MLP (14,210
+  # params): ~0.1, so one client at a time (map) is cheapest
+  assert engine.overhead_lanes("cpu", 610, 10) == pytest.approx(2.295, abs=0.01)
+  assert engine.overhead_lanes("cpu", 14_210, 10) < 0.2
+  assert engine.overhead_lanes("gpu", 14_210, 10) == 64.0
+  cfg = engine.EngineConfig(parallelism="auto", batch_size=10)
+  steps = np.concatenate([np.full(60, 5), np.full(30, 20), np.full(10, 200)])
+  assert 1 < engine.resolve_chunk_size(cfg, 100, False, "cpu", steps, num_params=610) < 100
+  # every client 20 % longer than the previous: padding a neighbour costs more than 0.1 step
+  spread = np.round(5 * 1.2 ** np.arange(100))
+  assert engine.resolve_chunk_size(cfg, 100, False, "cpu", spread, num_params=14_210) == 1
+  assert engine.resolve_chunk_size(cfg, 100, False, "cpu", spread, num_params=610) > 1
+  # equal sizes: no padding to lose, so vmap whatever the model
+  assert (
+    engine.resolve_chunk_size(cfg, 100, False, "cpu", np.full(100, 5), num_params=14_210) == 100
+  )
