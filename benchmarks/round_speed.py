@@ -13,7 +13,7 @@ of ``--repeats`` calls after a warm-up (compile time reported separately):
 * ``modes``: the engine's jitted cohort call in each parallelism mode (vmap, map,
   chunked_c for a few chunk sizes c, auto = ``EngineConfig(parallelism="auto")``), and
   ``proposed``: chunked with the chunk size of :func:`proposed_chunk_size` (a candidate
-  rule for ``auto``; see notes/speed.md);
+  rule for ``auto``; see BUILD_NOTES.md, "Speed");
 * ``per_client_loop_s``: the engine's own reference, one jitted lax loop per client;
 * ``per_step_loop_s``: one jitted SGD step per dispatch on host-gathered numpy batches
   (the way FedJAX trains a client);

@@ -38,7 +38,7 @@ def make_yc(beta: float = 0.9, period: int = 24) -> AvailabilityModel:
   Needs from ClientInfo: ``label_counts`` (which labels each client holds; num_Y = C).
   Follows Table 1 exactly (label bins [y/C, (y+1)/C)); FLGo's code instead boosts a
   client while the phase lies in [min_label/max_label, max_label/max_label] -- see
-  notes/availability.md. Defaults: beta=0.9 (FedGS Table 2, YC0.9), period=24 (FLGo's T).
+  BUILD_NOTES.md (availability). Defaults: beta=0.9 (FedGS Table 2, YC0.9), period=24 (FLGo's T).
 
   Args:
     beta: unavailability coefficient in [0, 1); 0 gives full availability.

@@ -13,7 +13,7 @@ fsync), ``restore`` falls back to the one before it.
 Why not orbax: orbax-checkpoint (the ``[checkpoint]`` extra) gives the same atomicity
 (temporary folder + rename) plus async and multi-host writes; our state is small, lives on
 one host and is written between chunks of rounds, so a plain npz keeps the core install
-free of the dependency with the same guarantees. See notes/robustness.md.
+free of the dependency with the same guarantees. See BUILD_NOTES.md ("Checkpoints").
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ lines 9-17) with weights ``Proba^t``, among the available clients (the softmax i
 over the available clients only). Aggregation is FedAvg (``n_k / sum n``), as in the
 paper's experiments.
 
-Readings of the machine-converted paper (see notes/selection.md):
+Readings of the machine-converted paper (see BUILD_NOTES.md, selection):
 
 * EMD: Eq. 12 / Eq. 20 call ``sum_c |P_g(y=c) - P_i(y=c)|`` "the EMD of C_k and the global
   distribution" (the weight-divergence bound of Zhao et al. [42]), so the default ground

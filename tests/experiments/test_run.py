@@ -2,7 +2,7 @@
 
 Most bad inputs are checked in-process with ``run.config_from_argv`` (the same checks the
 binary runs before anything else); a handful of real subprocess runs prove the exit code
-and that no traceback is printed. The list is in notes/robustness.md.
+and that no traceback is printed. The list is in BUILD_NOTES.md ("Input validation").
 """
 
 import json
