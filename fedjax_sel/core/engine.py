@@ -337,6 +337,60 @@ def make_cohort_trainer(
     delta = jax.tree_util.tree_map(jnp.subtract, params, global_params)
     return delta, loss_sum / jnp.maximum(steps, 1).astype(jnp.float32)
 
+  def train_flat(global_params, cohort, valid, key, lr, aux) -> CohortResult:
+    """``map`` on one device: one loop over every (client, step) pair, no padding.
+
+    A loop over clients around a loop over steps (``lax.map`` of single-client chunks)
+    runs its ops without XLA:CPU's intra-op thread pool (profiled: a CNN's convolution
+    fusion took 109 ms nested vs 63 ms in a flat loop on 2 cores; equal on one core), so
+    here client c's steps are iterations ``starts[c] .. ends[c] - 1`` of one flat loop.
+    """
+    cohort = jnp.asarray(cohort, jnp.int32)
+    steps = jnp.where(valid, steps_all[cohort], 0)
+    slot = jnp.arange(num_selected)
+    keys = jax.vmap(lambda i: jax.random.fold_in(key, i))(slot)
+    idx, mask = jax.vmap(batch_indices)(keys, counts[cohort], steps)
+    fidx = offsets[cohort][:, None, None] + idx
+    ends = jnp.cumsum(steps)
+    starts = ends - steps
+    opt = client_optimizer(lr)
+    opt_state0 = opt.init(global_params)
+    out_d = jax.tree_util.tree_map(
+      lambda p: jnp.zeros((num_selected,) + p.shape, p.dtype), global_params
+    )
+    out_l = jnp.zeros((num_selected,), jnp.float32)
+
+    def body(i, carry):
+      params, opt_state, loss_sum, out_d, out_l = carry
+      c = jnp.searchsorted(ends, i, side="right")
+      j = i - starts[c]
+      first = j == 0
+      reset = lambda new, old: jnp.where(first, new, old)
+      params = jax.tree_util.tree_map(reset, global_params, params)
+      opt_state = jax.tree_util.tree_map(reset, opt_state0, opt_state)
+      loss_sum = jnp.where(first, 0.0, loss_sum)
+      aux_c = jax.tree_util.tree_map(lambda a: a[c], aux)
+      batch = (train_x[fidx[c, j]], train_y[fidx[c, j]], mask[c, j])
+      loss, grads = client_update.grad(loss_fn, params, global_params, batch, aux_c)
+      updates, opt_state = opt.update(grads, opt_state, params)
+      params = optax.apply_updates(params, updates)
+      loss_sum = loss_sum + loss
+      # client c's row is rewritten every step, so it ends as its last step's result
+      out_d = jax.tree_util.tree_map(
+        lambda o, p, g: o.at[c].set(p - g), out_d, params, global_params
+      )
+      out_l = out_l.at[c].set(loss_sum / jnp.maximum(steps[c], 1).astype(jnp.float32))
+      return params, opt_state, loss_sum, out_d, out_l
+
+    init = (global_params, opt_state0, jnp.zeros((), jnp.float32), out_d, out_l)
+    _, _, _, deltas, loss = jax.lax.fori_loop(0, ends[-1], body, init)
+    return CohortResult(
+      deltas=deltas,
+      loss=jnp.where(valid, loss, 0.0),
+      num_steps=steps,
+      padded_steps=jnp.sum(steps).astype(jnp.float32),
+    )
+
   def train(global_params, cohort, valid, key, lr, aux) -> CohortResult:
     cohort = jnp.asarray(cohort, jnp.int32)
     steps = jnp.where(valid, steps_all[cohort], 0)
@@ -433,6 +487,8 @@ def make_cohort_trainer(
       padded_steps=jnp.sum(steps).astype(jnp.float32),
     )
 
+  if chunk == 1 and mesh is None:
+    train = train_flat  # noqa: F811
   train.chunk_size = chunk
   train.max_steps = s_max
   train.steps_per_client = steps_all

@@ -43,6 +43,7 @@ def _max_diff(a, b):
     ("sgd", {}, "chunked", 7),
     ("fedprox", {"mu": 0.1}, "vmap", None),
     ("fedprox", {"mu": 0.1}, "chunked", 7),
+    ("fedprox", {"mu": 0.1}, "map", 7),
   ],
 )
 def test_cohort_equals_per_client_loop(small_synthetic, rule_name, hp, parallelism, steps):
@@ -66,6 +67,8 @@ def test_cohort_equals_per_client_loop(small_synthetic, rule_name, hp, paralleli
     assert float(out.padded_steps) > float(jnp.sum(out.num_steps))
   if parallelism == "map":
     assert float(out.padded_steps) == float(jnp.sum(out.num_steps))
+    # map on one device is one flat loop over (client, step) pairs, not a loop of loops
+    assert tr.__name__ == "train_flat"
 
 
 def test_epoch_steps_match_sizes(small_synthetic):
@@ -121,8 +124,9 @@ def test_masked_slots_change_nothing(small_synthetic):
   assert int(a.num_steps[1]) == 0
 
 
-def test_scaffold_equals_loop(small_synthetic):
-  cfg = engine.EngineConfig(batch_size=8, local_steps=5, parallelism="vmap")
+@pytest.mark.parametrize("parallelism", ["vmap", "map"])
+def test_scaffold_equals_loop(small_synthetic, parallelism):
+  cfg = engine.EngineConfig(batch_size=8, local_steps=5, parallelism=parallelism)
   rule = client.make("scaffold")
   model, tr = _trainer(small_synthetic, rule, cfg, 3)
   params = model.init(jax.random.PRNGKey(0))
