@@ -164,11 +164,6 @@ def compile_timed(fn: Callable, *args) -> tuple[Callable, float]:
 
 
 # ----------------------------------------------------------------------------- engine
-def num_params(model: models.Model) -> int:
-  shapes = jax.eval_shape(model.init, jax.random.PRNGKey(0))
-  return sum(int(np.prod(x.shape)) for x in jax.tree_util.tree_leaves(shapes))
-
-
 def build_trainer(
   model: models.Model,
   data: CohortData,
@@ -200,7 +195,7 @@ def build_trainer(
     cfg,
     num_selected,
     conv=model.conv,
-    num_params=num_params(model),
+    num_params=models.num_params(model),
   )
 
 

@@ -39,6 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from benchmarks import _common as C
+from fedjax_sel import models
 from fedjax_sel.core import engine
 
 MODELS = ("logreg", "mlp", "cnn_mnist", "cnn_cifar")
@@ -125,7 +126,7 @@ def bench_config(model_name: str, num_selected: int, args) -> dict:
   modes = [(n, md, c, False) for n, md, c in _mode_list(num_selected, args.chunk_sizes)]
   if model.conv:  # XLA:CPU convolutions in loops are slow: run only the modes asked for
     modes = [m for m in modes if m[0] in args.cnn_modes]
-  proposed = proposed_chunk_size(data.counts, num_selected, b, e, C.num_params(model))
+  proposed = proposed_chunk_size(data.counts, num_selected, b, e, models.num_params(model))
   proposed_mode = "chunked" if proposed < num_selected else "vmap"
   modes.append(("proposed", proposed_mode, proposed, False))
   record["proposed_chunk_size"] = proposed

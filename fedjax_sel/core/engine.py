@@ -1,10 +1,10 @@
 """The cohort engine: every selected client's local SGD as one vectorized computation.
 
 Layout: the training examples live on device as one flat array; each round the engine
-builds index arrays ``[M, S, B]`` (S = the most local steps any client can run) and gathers
-the cohort's batches once per chunk of clients. Clients with different amounts of data run
-different numbers of steps: a padded step is masked (``jnp.where`` on params and optimizer
-state, so it changes nothing).
+builds index arrays ``[M, S, B]`` (S = the most local steps any client can run) and each
+local step gathers its batch from the flat arrays by index. Clients with different amounts
+of data run different numbers of steps: a padded step is masked (``jnp.where`` on params
+and optimizer state, so it changes nothing).
 
 Parallelism is a chunk size c over the cohort: the cohort (sorted by step count when
 bucketing) is cut into G = M / c chunks, a ``lax.map`` runs the chunks one after another and
@@ -12,7 +12,8 @@ each chunk runs ``vmap`` over its c clients inside a loop whose trip count is th
 own largest step count. So
 
 * ``vmap``: c = M, one chunk, padded to the cohort's longest client;
-* ``map``: c = 1, clients one after another inside jit, no padding at all;
+* ``map``: c = 1, clients one after another inside jit, no padding at all (run as one flat
+  loop over every (client, step) pair rather than a loop of loops);
 * ``chunked``: c = ``chunk_size``; with step-count sorting this is step bucketing: chunks
   hold clients of similar step counts, so padding stays small.
 
@@ -314,17 +315,22 @@ def make_cohort_trainer(
     idx = perm[epoch, within]
     return idx, mask
 
+  def local_step(opt, params, opt_state, global_params, fidx_j, mask_j, aux):
+    """One local SGD step on the batch at flat indices ``fidx_j``: (loss, params, state)."""
+    batch = (train_x[fidx_j], train_y[fidx_j], mask_j)
+    loss, grads = client_update.grad(loss_fn, params, global_params, batch, aux)
+    updates, opt_state = opt.update(grads, opt_state, params)
+    return loss, optax.apply_updates(params, updates), opt_state
+
   def train_one(global_params, fidx, mb, steps, aux, lr, num_iters):
     opt = client_optimizer(lr)
     opt_state = opt.init(global_params)
 
     def body(j, carry):
       params, opt_state, loss_sum = carry
-      loss, grads = client_update.grad(
-        loss_fn, params, global_params, (train_x[fidx[j]], train_y[fidx[j]], mb[j]), aux
+      loss, new_params, new_opt_state = local_step(
+        opt, params, opt_state, global_params, fidx[j], mb[j], aux
       )
-      updates, new_opt_state = opt.update(grads, opt_state, params)
-      new_params = optax.apply_updates(params, updates)
       active = j < steps
       keep = lambda new, old: jnp.where(active, new, old)
       params = jax.tree_util.tree_map(keep, new_params, params)
@@ -338,7 +344,7 @@ def make_cohort_trainer(
     return delta, loss_sum / jnp.maximum(steps, 1).astype(jnp.float32)
 
   def train_flat(global_params, cohort, valid, key, lr, aux) -> CohortResult:
-    """``map`` on one device: one loop over every (client, step) pair, no padding.
+    """``map``: one loop over every (client, step) pair, no padding.
 
     A loop over clients around a loop over steps (``lax.map`` of single-client chunks)
     runs its ops without XLA:CPU's intra-op thread pool (profiled: a CNN's convolution
@@ -370,10 +376,9 @@ def make_cohort_trainer(
       opt_state = jax.tree_util.tree_map(reset, opt_state0, opt_state)
       loss_sum = jnp.where(first, 0.0, loss_sum)
       aux_c = jax.tree_util.tree_map(lambda a: a[c], aux)
-      batch = (train_x[fidx[c, j]], train_y[fidx[c, j]], mask[c, j])
-      loss, grads = client_update.grad(loss_fn, params, global_params, batch, aux_c)
-      updates, opt_state = opt.update(grads, opt_state, params)
-      params = optax.apply_updates(params, updates)
+      loss, params, opt_state = local_step(
+        opt, params, opt_state, global_params, fidx[c, j], mask[c, j], aux_c
+      )
       loss_sum = loss_sum + loss
       # client c's row is rewritten every step, so it ends as its last step's result
       out_d = jax.tree_util.tree_map(
@@ -418,24 +423,9 @@ def make_cohort_trainer(
         (flat_idx, mask, chunk_steps, chunk_aux), mesh
       )
       num_iters = jnp.max(chunk_steps)
-      if chunk == 1:
-        # one client: no vmap, so its matmuls stay plain GEMMs (a batch dimension of 1
-        # takes XLA:CPU's slower batched-dot path)
-        first = lambda a: a[0]
-        delta, loss = train_one(
-          global_params,
-          first(flat_idx),
-          first(mask),
-          first(chunk_steps_s),
-          jax.tree_util.tree_map(first, chunk_aux),
-          lr,
-          num_iters,
-        )
-        delta, loss = jax.tree_util.tree_map(lambda a: a[None], (delta, loss))
-      else:
-        delta, loss = jax.vmap(train_one, in_axes=(None, 0, 0, 0, 0, None, None))(
-          global_params, flat_idx, mask, chunk_steps_s, chunk_aux, lr, num_iters
-        )
+      delta, loss = jax.vmap(train_one, in_axes=(None, 0, 0, 0, 0, None, None))(
+        global_params, flat_idx, mask, chunk_steps_s, chunk_aux, lr, num_iters
+      )
       return delta, loss, num_iters * chunk
 
     if num_chunks == 1:
@@ -487,7 +477,9 @@ def make_cohort_trainer(
       padded_steps=jnp.sum(steps).astype(jnp.float32),
     )
 
-  if chunk == 1 and mesh is None:
+  if chunk == 1:
+    # one client at a time: the flat loop (no nested loops, no vmap of a single client,
+    # whose batch dimension of 1 takes XLA:CPU's slower batched-dot path; nothing to shard)
     train = train_flat  # noqa: F811
   train.chunk_size = chunk
   train.max_steps = s_max

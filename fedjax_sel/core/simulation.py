@@ -38,7 +38,7 @@ from fedjax_sel.core.types import (
   SelectionStrategy,
 )
 from fedjax_sel.data.federated import FederatedData
-from fedjax_sel.models import Model
+from fedjax_sel.models import Model, num_params
 from fedjax_sel.similarity.sketch import flatten_stacked, make_projection
 from fedjax_sel.similarity.sketch import sketch as sketch_updates
 
@@ -152,6 +152,7 @@ class Simulation:
       config.server_optimizer, config.server_lr, config.server_momentum
     )
     train = data.train
+    p = num_params(model)  # the auto parallelism rule and the sketch size
     self.train_x = jnp.asarray(train.x)
     self.train_y = jnp.asarray(train.y)
     self.trainer = engine_lib.make_cohort_trainer(
@@ -165,10 +166,7 @@ class Simulation:
       config.engine,
       num_selected,
       conv=model.conv,
-      num_params=sum(
-        int(np.prod(x.shape))
-        for x in jax.tree_util.tree_leaves(jax.eval_shape(model.init, jax.random.PRNGKey(0)))
-      ),
+      num_params=p,
     )
     self.global_eval = evaluation.make_global_eval(model.apply, data.test_x, data.test_y)
     self.client_eval = evaluation.make_per_client_eval(
@@ -180,8 +178,6 @@ class Simulation:
     # The sketch projection and the noise inputs of functional embeddings are fixed
     # (seed 0 of their own), independent of the run's seed: the same for every method.
     k_proj, k_noise = jax.random.split(jax.random.PRNGKey(config.sketch_seed))
-    shapes = jax.eval_shape(model.init, jax.random.PRNGKey(0))
-    p = sum(int(np.prod(s.shape)) for s in jax.tree_util.tree_leaves(shapes))
     uses = selection.uses_updates
     d = min(config.sketch_dim, p) if uses else 0
     self._projection = make_projection(k_proj, p, d) if d else jnp.zeros((p, 0), jnp.float32)

@@ -12,6 +12,7 @@ from fedjax_sel.models.models import (
   Model,
   make,
   names,
+  num_params,
 )
 
 __all__ = [
@@ -23,4 +24,5 @@ __all__ = [
   "Model",
   "make",
   "names",
+  "num_params",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
@@ -121,6 +122,12 @@ def _wrap(module: nn.Module, name: str, input_shape, num_classes, conv=False) ->
     return module.apply({"params": params}, x)
 
   return Model(init, apply, name, tuple(input_shape), num_classes, conv)
+
+
+def num_params(model: Model) -> int:
+  """The number of scalar parameters of ``model`` (abstractly: nothing is initialized)."""
+  shapes = jax.eval_shape(model.init, jax.random.PRNGKey(0))
+  return sum(int(math.prod(s.shape)) for s in jax.tree_util.tree_leaves(shapes))
 
 
 def _check(input_shape, num_classes):

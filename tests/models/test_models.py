@@ -26,6 +26,7 @@ def test_parameter_counts(name, shape, count):
   m = models.make(name, shape, 10)
   params = m.init(jax.random.PRNGKey(0))
   assert _count(params) == count
+  assert models.num_params(m) == count  # abstractly, without initializing
   assert m.apply(params, jnp.zeros((3, *shape))).shape == (3, 10)
 
 
