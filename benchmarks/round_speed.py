@@ -62,11 +62,16 @@ def proposed_chunk_size(
   return engine.auto_chunk_size(steps, num_selected, lanes)
 
 
-def _mode_list(num_selected: int, chunk_sizes: list[int]) -> list[tuple[str, str, int]]:
+def _mode_list(
+  num_selected: int, chunk_sizes: list[int], lane_counts: list[int] = ()
+) -> list[tuple[str, str, int]]:
   out = [("vmap", "vmap", 0), ("map", "map", 0)]
   for c in chunk_sizes:
     if 1 < c < num_selected:
       out.append((f"chunked_{c}", "chunked", c))
+  for c in lane_counts:
+    if 1 < c <= num_selected:
+      out.append((f"lanes_{c}", "lanes", c))
   out.append(("auto", "auto", 0))
   return out
 
@@ -123,7 +128,9 @@ def bench_config(model_name: str, num_selected: int, args) -> dict:
       return C.assert_close(name, out, ref, atol)
     return C.tree_max_abs_diff(out, ref)
 
-  modes = [(n, md, c, False) for n, md, c in _mode_list(num_selected, args.chunk_sizes)]
+  modes = [
+    (n, md, c, False) for n, md, c in _mode_list(num_selected, args.chunk_sizes, args.lane_counts)
+  ]
   if model.conv:  # XLA:CPU convolutions in loops are slow: run only the modes asked for
     modes = [m for m in modes if m[0] in args.cnn_modes]
   proposed = proposed_chunk_size(data.counts, num_selected, b, e, models.num_params(model))
@@ -332,6 +339,9 @@ def parse_args(argv=None):
     default="map,auto",
     help="engine modes run with flax (lax.conv) CNNs; im2col variants always run",
   )
+  p.add_argument(
+    "--lane_counts", default="4,8,16", help="lane counts L for lanes mode (comma-separated)"
+  )
   p.add_argument("--batch_size", type=int, default=10)
   p.add_argument("--local_epochs", type=int, default=1)
   p.add_argument("--lr", type=float, default=0.05)
@@ -364,6 +374,7 @@ def parse_args(argv=None):
   args.cohorts = [int(v) for v in args.cohorts.split(",") if v]
   args.cnn_cohorts = [int(v) for v in args.cnn_cohorts.split(",") if v]
   args.chunk_sizes = [int(v) for v in args.chunk_sizes.split(",") if v]
+  args.lane_counts = [int(v) for v in args.lane_counts.split(",") if v]
   args.cnn_modes = [v for v in args.cnn_modes.split(",") if v]
   if args.quick:
     args.cohorts, args.cnn_cohorts, args.chunk_sizes = [4], [2], []

@@ -42,7 +42,9 @@ def iteration_cost(model_name: str, num_selected: int, width: int, args) -> dict
   data = C.make_data(model_name, num_selected, seed=args.seed, examples_per_client=args.examples)
   model = C.make_model(model_name, data)
   params = model.init(jax.random.PRNGKey(args.seed))
-  mode = "vmap" if width >= num_selected else "chunked"
+  mode = args.sweep_mode
+  if mode == "chunked" and width >= num_selected:
+    mode = "vmap"
   trainer = C.build_trainer(model, data, num_selected, mode, width, args.batch_size, 1)
   cohort = jnp.arange(num_selected, dtype=jnp.int32)
   call = (params, cohort, jnp.ones(num_selected, bool), jax.random.PRNGKey(1), 0.05, cohort)
@@ -75,7 +77,9 @@ def trace_ops(model_name: str, num_selected: int, args, top: int) -> dict:
   data = C.make_data(model_name, num_selected, seed=args.seed)
   model = C.make_model(model_name, data)
   params = model.init(jax.random.PRNGKey(args.seed))
-  trainer = C.build_trainer(model, data, num_selected, "auto", 0, args.batch_size, 1)
+  trainer = C.build_trainer(
+    model, data, num_selected, args.trace_mode, args.trace_chunk, args.batch_size, 1
+  )
   cohort = jnp.arange(num_selected, dtype=jnp.int32)
   call = (params, cohort, jnp.ones(num_selected, bool), jax.random.PRNGKey(1), 0.05, cohort)
   fn = jax.jit(trainer)
@@ -136,6 +140,11 @@ def parse_args(argv=None):
   p.add_argument("--widths", default="1,2,4,8,16,32,64,128")
   p.add_argument("--examples", type=int, default=100, help="examples per client (sweep)")
   p.add_argument("--trace_clients", type=int, default=100, help="cohort size for the trace")
+  p.add_argument(
+    "--sweep_mode", default="lanes", choices=("lanes", "chunked"), help="engine mode of the sweep"
+  )
+  p.add_argument("--trace_mode", default="auto", help="engine parallelism mode to trace")
+  p.add_argument("--trace_chunk", type=int, default=0, help="its chunk size / lane count")
   p.add_argument("--batch_size", type=int, default=10)
   p.add_argument("--repeats", type=int, default=5)
   p.add_argument("--top", type=int, default=8)

@@ -11,12 +11,12 @@ from fedjax_sel.core.simulation import make_client_optimizer
 from fedjax_sel.data.federated import split_from_lists
 
 
-def _trainer(data, rule, cfg, m, model_name="logreg"):
+def _trainer(data, rule, cfg, m, model_name="logreg", momentum=0.0):
   model = models.make(model_name, data.input_shape, data.num_classes)
   tr = engine.make_cohort_trainer(
     model.apply,
     rule,
-    make_client_optimizer("sgd"),
+    make_client_optimizer("sgd", momentum),
     jnp.asarray(data.train.x),
     jnp.asarray(data.train.y),
     data.train.offsets,
@@ -44,6 +44,9 @@ def _max_diff(a, b):
     ("fedprox", {"mu": 0.1}, "vmap", None),
     ("fedprox", {"mu": 0.1}, "chunked", 7),
     ("fedprox", {"mu": 0.1}, "map", 7),
+    ("sgd", {}, "lanes", None),
+    ("sgd", {}, "lanes", 7),
+    ("fedprox", {"mu": 0.1}, "lanes", None),
   ],
 )
 def test_cohort_equals_per_client_loop(small_synthetic, rule_name, hp, parallelism, steps):
@@ -69,6 +72,53 @@ def test_cohort_equals_per_client_loop(small_synthetic, rule_name, hp, paralleli
     assert float(out.padded_steps) == float(jnp.sum(out.num_steps))
     # map on one device is one flat loop over (client, step) pairs, not a loop of loops
     assert tr.__name__ == "train_flat"
+
+
+@pytest.mark.parametrize("num_lanes", [1, 2, 3, 5, 8])
+def test_lanes_with_momentum_equal_loop(small_synthetic, num_lanes):
+  # momentum state must restart for each client a lane picks up; more lanes than clients
+  # leaves lanes idle; a lane of one runs every client in turn
+  cfg = engine.EngineConfig(batch_size=8, local_epochs=2, parallelism="lanes", chunk_size=num_lanes)
+  model, tr = _trainer(small_synthetic, client.make("sgd"), cfg, 5, momentum=0.9)
+  params = model.init(jax.random.PRNGKey(0))
+  cohort = jnp.array([3, 0, 11, 7, 5])
+  valid = jnp.array([True, True, True, False, True])
+  key = jax.random.PRNGKey(9)
+  out = jax.jit(tr)(params, cohort, valid, key, 0.05, cohort)
+  ref = tr.per_client_loop(params, cohort, valid, key, 0.05, cohort)
+  assert _max_diff(out.deltas, ref.deltas) < 1e-5
+  np.testing.assert_allclose(out.loss, ref.loss, atol=1e-5)
+  steps = np.asarray(out.num_steps)
+  lanes = tr.chunk_size
+  assert lanes == min(num_lanes, 5)  # never more lanes than cohort slots
+  # the loop ran max(lane load) iterations of every lane
+  load, _, _ = engine.assign_lanes(jnp.asarray(steps), lanes)
+  assert float(out.padded_steps) == float(np.max(np.asarray(load))) * lanes
+
+
+@pytest.mark.parametrize("num_lanes", [1, 3, 4, 16])
+def test_assign_lanes_is_longest_first_to_least_loaded(num_lanes):
+  steps = np.array([5, 0, 17, 3, 3, 9, 1, 0, 12, 4], np.int32)
+  load, lane_client, lane_start = (
+    np.asarray(a) for a in engine.assign_lanes(jnp.asarray(steps), num_lanes)
+  )
+  m = len(steps)
+  placed = lane_client[lane_client < m]
+  # every client with steps is placed exactly once, clients without steps nowhere
+  assert sorted(placed.tolist()) == sorted(np.flatnonzero(steps).tolist())
+  assert load.sum() == steps.sum()
+  for lane in range(num_lanes):
+    clients = lane_client[lane][lane_client[lane] < m]
+    # a lane's clients run back to back from iteration 0
+    ends = np.cumsum(steps[clients])
+    np.testing.assert_array_equal(lane_start[lane][: len(clients)], ends - steps[clients])
+    assert load[lane] == (ends[-1] if len(clients) else 0)
+  # Graham's LPT bound: makespan <= mean load + the longest client (and >= both)
+  assert load.max() <= steps.sum() / num_lanes + steps.max()
+  assert load.max() >= max(steps.max(), steps.sum() / num_lanes)
+  # a hand-checked case: [17, 12, 9, 5, 4, 3, 3, 1] on 3 lanes -> {17, 1}, {12, 4, 3}, {9, 5, 3}
+  if num_lanes == 3:
+    assert sorted(load.tolist()) == [17, 18, 19]
 
 
 def test_epoch_steps_match_sizes(small_synthetic):
@@ -124,7 +174,7 @@ def test_masked_slots_change_nothing(small_synthetic):
   assert int(a.num_steps[1]) == 0
 
 
-@pytest.mark.parametrize("parallelism", ["vmap", "map"])
+@pytest.mark.parametrize("parallelism", ["vmap", "map", "lanes"])
 def test_scaffold_equals_loop(small_synthetic, parallelism):
   cfg = engine.EngineConfig(batch_size=8, local_steps=5, parallelism=parallelism)
   rule = client.make("scaffold")
