@@ -11,9 +11,9 @@ returns the same deltas (max abs difference <= 1e-4), then times, interleaved, t
 of ``--repeats`` calls after a warm-up (compile time reported separately):
 
 * ``modes``: the engine's jitted cohort call in each parallelism mode (vmap, map,
-  chunked_c for a few chunk sizes c, auto = ``EngineConfig(parallelism="auto")``), and
-  ``proposed``: chunked with the chunk size of :func:`proposed_chunk_size` (a candidate
-  rule for ``auto``; see BUILD_NOTES.md, "Speed");
+  chunked_c for a few chunk sizes c, lanes_L for a few lane counts L, and auto =
+  ``EngineConfig(parallelism="auto")``, whose loop and size are in ``kind_by_mode`` and
+  ``chunk_size_by_mode``);
 * ``per_client_loop_s``: the engine's own reference, one jitted lax loop per client;
 * ``per_step_loop_s``: one jitted SGD step per dispatch on host-gathered numpy batches
   (the way FedJAX trains a client);
@@ -43,23 +43,6 @@ from fedjax_sel import models
 from fedjax_sel.core import engine
 
 MODELS = ("logreg", "mlp", "cnn_mnist", "cnn_cifar")
-
-
-def proposed_chunk_size(
-  counts: np.ndarray,
-  num_selected: int,
-  batch_size: int,
-  local_epochs: int,
-  num_params: int | None = None,
-) -> int:
-  """The engine's ``auto`` chunk size on CPU for dense models (``engine.auto_chunk_size``).
-
-  The per-iteration overhead comes from ``engine.overhead_lanes`` (measured with
-  ``benchmarks/step_profile.py``; BUILD_NOTES.md, "Speed").
-  """
-  steps = local_epochs * np.ceil(np.maximum(counts, 1) / batch_size)
-  lanes = engine.overhead_lanes("cpu", num_params, batch_size)
-  return engine.auto_chunk_size(steps, num_selected, lanes)
 
 
 def _mode_list(
@@ -114,6 +97,7 @@ def bench_config(model_name: str, num_selected: int, args) -> dict:
     "compile_s": {},
     "useful_step_fraction_by_mode": {},
     "chunk_size_by_mode": {},
+    "kind_by_mode": {},
     "skipped": {},
     "max_abs_diff": {},
   }
@@ -133,16 +117,11 @@ def bench_config(model_name: str, num_selected: int, args) -> dict:
   ]
   if model.conv:  # XLA:CPU convolutions in loops are slow: run only the modes asked for
     modes = [m for m in modes if m[0] in args.cnn_modes]
-  proposed = proposed_chunk_size(data.counts, num_selected, b, e, models.num_params(model))
-  proposed_mode = "chunked" if proposed < num_selected else "vmap"
-  modes.append(("proposed", proposed_mode, proposed, False))
-  record["proposed_chunk_size"] = proposed
   im2col_model = C.make_im2col_model(model_name, data) if model.conv else None
   if model.conv:
     modes += [
       ("im2col_map", "map", 0, True),
       ("im2col_auto", "auto", 0, True),
-      ("im2col_proposed", proposed_mode, proposed, True),
     ]
   fns: dict = {}
   reference = None
@@ -166,7 +145,11 @@ def bench_config(model_name: str, num_selected: int, args) -> dict:
     if im2col and im2col_per_client is None:
       im2col_per_client = trainer.per_client_loop
     record["chunk_size_by_mode"][name] = int(trainer.chunk_size)
-    lane_steps = _padded_lane_steps(steps, trainer.chunk_size)
+    record["kind_by_mode"][name] = trainer.kind
+    if trainer.kind == "lanes":
+      lane_steps = float(engine.lpt_makespan(steps, trainer.chunk_size) * trainer.chunk_size)
+    else:
+      lane_steps = _padded_lane_steps(steps, trainer.chunk_size)
     est_gflop = lane_steps * step_flops / 1e9
     if est_gflop > args.max_mode_gflop:
       record["modes"][name] = None
@@ -239,10 +222,9 @@ def bench_config(model_name: str, num_selected: int, args) -> dict:
   record["samples_s"] = {k: v["samples_s"] for k, v in timings.items()}
   get = lambda k: timings[k]["median_s"] if k in timings else None
   record["ours_s"] = get("auto")
-  record["proposed_s"] = get("proposed")
   record["per_client_loop_s"] = get("per_client_loop")
   record["im2col_per_client_loop_s"] = get("im2col_per_client_loop")
-  record["im2col_s"] = get("im2col_proposed")
+  record["im2col_s"] = get("im2col_auto")
   record["per_step_loop_s"] = get("per_step_loop")
   record["torch_loop_s"] = get("torch_loop")
   record["useful_step_fraction"] = record["useful_step_fraction_by_mode"].get("auto")
@@ -340,7 +322,7 @@ def parse_args(argv=None):
     help="engine modes run with flax (lax.conv) CNNs; im2col variants always run",
   )
   p.add_argument(
-    "--lane_counts", default="4,8,16", help="lane counts L for lanes mode (comma-separated)"
+    "--lane_counts", default="2,4,8,16", help="lane counts L for lanes mode (comma-separated)"
   )
   p.add_argument("--batch_size", type=int, default=10)
   p.add_argument("--local_epochs", type=int, default=1)
@@ -393,7 +375,6 @@ def _emit(record: dict, as_json: bool) -> None:
       "model",
       "clients_per_round",
       "ours_s",
-      "proposed_s",
       "per_client_loop_s",
       "per_step_loop_s",
       "torch_loop_s",

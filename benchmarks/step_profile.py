@@ -7,12 +7,12 @@ r"""Where a round's local-training time goes on this backend: a cost model and a
 Two measurements per model (Synthetic(0.5, 0.5), batch 10, 1 local epoch, plain SGD):
 
 1. **Cost of one local-step iteration vs the number of clients c batched in it.** Every
-   client gets the same number of examples (no padding), the engine runs in ``chunked``
-   mode with chunk size c, and the time per loop iteration (one SGD step of c clients) is
+   client gets the same number of examples (no padding), the engine runs in ``lanes``
+   mode with c lanes (``--sweep_mode=chunked``: chunks of c), and the time per loop iteration (one SGD step of c clients) is
    ``t / (M / c * steps)``. A least-squares fit ``t_iter(c) = a + b c`` gives the fixed
    per-iteration overhead ``a`` and the marginal cost of one client-step ``b``; their ratio
-   ``a / b`` is the ``overhead_lanes`` of the engine's ``auto`` rule
-   (:func:`fedjax_sel.core.engine.auto_chunk_size`).
+   ``a / b`` is the fixed overhead in client-steps (``engine.LANE_OVERHEAD_CPU`` of the
+   ``auto`` lanes rule, :func:`fedjax_sel.core.engine.auto_lane_count`).
 2. **A trace** (``jax.profiler``, perfetto JSON) of the engine's ``auto`` cohort call on the
    Synthetic population's unequal sizes: total time per XLA thunk (op or fusion), its count
    and time per call, so the top ops show where a step's time goes.

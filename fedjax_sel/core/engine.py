@@ -113,29 +113,10 @@ def max_steps(max_examples: int, cfg: EngineConfig) -> int:
   return int(cfg.local_epochs * math.ceil(max(max_examples, 1) / cfg.batch_size))
 
 
-# One local-step iteration over a chunk of c clients costs about (overhead + c) client-steps:
-# vmapping clients saves only a fixed per-iteration overhead, while a padded step costs a full
-# client-step. On CPU the overhead is a fixed time (benchmarks/step_profile.py: about 9 us, the
-# cost of ~84,000 FLOPs of a small client step), so in client-steps it shrinks as the model
-# grows: ~2.3 for logistic regression on Synthetic (6 B P = 37 kFLOP per step), ~0.1 for the
-# 60-200-10 MLP (850 kFLOP), for which one client at a time wins. On accelerators a wide batch
-# is nearly free, so the overhead is large.
-AUTO_CPU_OVERHEAD_FLOPS = 8.4e4
+# ``chunked`` on accelerators: one loop iteration over a chunk of c clients costs about
+# (overhead + c) client-steps, and a wide batch is nearly free there, so the overhead is large
+# (unmeasured here: no accelerator was lent; CPUs run ``lanes``).
 AUTO_OVERHEAD_LANES_ACCELERATOR = 64.0
-
-
-def overhead_lanes(backend: str, num_params: int | None = None, batch_size: int = 10) -> float:
-  """The fixed per-iteration cost of the local-step loop, in client-steps (``auto`` rule).
-
-  CPU: ``AUTO_CPU_OVERHEAD_FLOPS / (6 * batch_size * num_params)`` (a dense step's FLOPs),
-  at most 64; 2 when the model size is not known. Accelerators: 64.
-  """
-  if backend != "cpu":
-    return AUTO_OVERHEAD_LANES_ACCELERATOR
-  if not num_params:
-    return 2.0
-  step_flops = 6.0 * max(1, batch_size) * float(num_params)
-  return float(min(AUTO_OVERHEAD_LANES_ACCELERATOR, AUTO_CPU_OVERHEAD_FLOPS / step_flops))
 
 
 def auto_chunk_size(steps: Any, num_selected: int, overhead_lanes: float = 2.0) -> int:
@@ -223,6 +204,65 @@ def assign_lanes(steps: jax.Array, lanes: int) -> tuple[jax.Array, jax.Array, ja
   return load, lane_client, lane_start
 
 
+# ``lanes`` on CPU (benchmarks/step_profile.py, equal sizes, blocked loop): one iteration of
+# L lanes costs about (1 + L) client-steps (logreg: 4.4 us + 3.9 us L; MLP 60-200-10: 17 us +
+# 17 us L for L <= 2), so the fixed part is about one client-step. Past ~32k floats of lane
+# parameters (L x P) a lane-step gets ~40 % dearer (the MLP: 25 us per lane at L = 2, 33-36
+# us at L >= 4): the per-step passes over the lanes' params leave the cache and XLA:CPU
+# splits them over threads.
+LANE_OVERHEAD_CPU = 1.0
+LANE_PARAM_BUDGET = 1 << 15
+
+
+def lpt_makespan(steps: Any, lanes: int) -> int:
+  """Iterations of the ``lanes`` loop: the largest lane load of LPT (as :func:`assign_lanes`)."""
+  load = np.zeros(max(1, lanes), np.int64)
+  for s in np.sort(np.asarray(steps, np.int64))[::-1]:
+    load[np.argmin(load)] += s
+  return int(load.max())
+
+
+def auto_lane_count(
+  steps: Any, num_selected: int, num_params: int | None = None, overhead: float = LANE_OVERHEAD_CPU
+) -> int:
+  """The lane count with the least expected cost for a cohort of this population (CPU).
+
+  A typical cohort is the ``num_selected`` quantiles of the population's step counts; L
+  lanes cost ``lpt_makespan(cohort, L) * (overhead + L)``; L runs over 1, 2, 3, 4, 6, 8,
+  12, ... up to M and to ``LANE_PARAM_BUDGET / num_params``.
+  """
+  steps = np.asarray(steps, np.float64)
+  steps = steps[steps > 0] if np.any(steps > 0) else np.ones(1)
+  q = (np.arange(num_selected) + 0.5) / num_selected
+  typical = np.quantile(steps, q, method="nearest").astype(np.int64)
+  max_lanes = num_selected
+  if num_params:
+    max_lanes = max(1, min(num_selected, LANE_PARAM_BUDGET // int(num_params)))
+  candidates, p = set(), 1
+  while p <= max_lanes:
+    candidates.update(c for c in (p, p + p // 2) if c <= max_lanes)
+    p *= 2
+  candidates.add(max_lanes)
+  cost = {lanes: lpt_makespan(typical, lanes) * (overhead + lanes) for lanes in candidates}
+  return int(min(sorted(cost), key=lambda lanes: cost[lanes]))
+
+
+def resolve_kind(cfg: EngineConfig, conv: bool, backend: str, num_devices: int = 1) -> str:
+  """Which loop a parallelism mode runs: ``lanes``, ``flat`` (one client at a time) or
+  ``chunked`` (chunks of clients vmapped, padded to the chunk's longest; ``vmap`` is one
+  chunk). ``auto`` runs lanes for dense models on CPU (measured fastest,
+  ``benchmarks/round_speed.py``; on several host devices each runs lanes on its share),
+  the flat loop for CNNs on CPU, chunks on accelerators (unmeasured here: wide chunks)."""
+  mode = cfg.parallelism
+  if mode == "lanes":
+    return "lanes"
+  if mode == "map":
+    return "flat"
+  if mode == "auto" and backend == "cpu":
+    return "flat" if conv else "lanes"
+  return "chunked"
+
+
 def resolve_chunk_size(
   cfg: EngineConfig,
   num_selected: int,
@@ -230,30 +270,34 @@ def resolve_chunk_size(
   backend: str,
   steps: Any = None,
   num_params: int | None = None,
+  num_devices: int = 1,
 ) -> int:
-  """The chunk size a parallelism mode means for this cohort.
+  """The chunk size (or lane count) a parallelism mode means for this cohort.
 
-  ``auto``: :func:`auto_chunk_size` on the population's step counts ``steps`` (vmap when
-  every client runs the same number of steps), with the per-iteration overhead of
-  :func:`overhead_lanes` for this backend and model size. Convolutional models on CPU run
-  one client at a time (``map``): measured with the im2col CNNs (``round_speed.py``,
-  ``pfl_setup.py``), chunks of 4-8 clients were 1.2-1.4x slower than ``map`` even with
-  equal client sizes. Without ``steps``, vmap.
+  ``auto``: on CPU, dense models run :func:`auto_lane_count` lanes (per device) and
+  convolutional ones one client at a time (the im2col CNNs: chunks of 4-8 clients were
+  1.2-1.4x slower than ``map`` even with equal sizes); on accelerators
+  :func:`auto_chunk_size` on the population's step counts ``steps`` (vmap when every
+  client runs the same number of steps). Without ``steps``, vmap.
   """
   mode = cfg.parallelism
   if mode == "auto":
     if steps is None:
       return num_selected
-    if conv and backend == "cpu":
+    kind = resolve_kind(cfg, conv, backend, num_devices)
+    if kind == "flat":
       return 1
-    lanes = overhead_lanes(backend, num_params, cfg.batch_size)
-    chunk = auto_chunk_size(steps, num_selected, lanes)
+    if kind == "lanes":  # lanes per device, for its share of the cohort
+      return auto_lane_count(steps, -(-num_selected // num_devices), num_params)
+    chunk = auto_chunk_size(steps, num_selected, AUTO_OVERHEAD_LANES_ACCELERATOR)
     return max(1, min(chunk, num_selected))
   if mode == "vmap":
     return num_selected
   if mode == "map":
     return 1
   size = cfg.chunk_size or 8
+  if mode == "lanes":
+    return max(1, min(size, -(-num_selected // num_devices)))
   return max(1, min(size, num_selected))
 
 
@@ -316,16 +360,22 @@ def make_cohort_trainer(
   s_max = max_steps(n_max, cfg)
   batch = cfg.batch_size
   steps_all = steps_per_client(counts, cfg)
-  chunk = resolve_chunk_size(
-    cfg, num_selected, conv, jax.default_backend(), np.asarray(steps_all), num_params
-  )
   mesh = _client_mesh()
-  if mesh is not None and cfg.parallelism == "auto" and chunk < num_selected:
+  num_devices = 1 if mesh is None else mesh.devices.size
+  backend = jax.default_backend()
+  kind = resolve_kind(cfg, conv, backend, num_devices)
+  chunk = resolve_chunk_size(
+    cfg, num_selected, conv, backend, np.asarray(steps_all), num_params, num_devices
+  )
+  if mesh is not None and kind == "chunked" and cfg.parallelism == "auto" and chunk < num_selected:
     # chunks a multiple of the device count, so each chunk is split over every device
-    nd = mesh.devices.size
-    chunk = min(num_selected, -(-chunk // nd) * nd)
+    chunk = min(num_selected, -(-chunk // num_devices) * num_devices)
+  if kind == "chunked" and chunk == 1:
+    kind = "flat"
   num_chunks = -(-num_selected // chunk)
   m_pad = num_chunks * chunk
+  if kind == "lanes" and mesh is not None:
+    m_pad = -(-num_selected // num_devices) * num_devices  # an equal share per device
   loss_fn = cross_entropy_loss(apply_fn)
   if cfg.local_steps is not None:
     # passes over the data needed by the longest-running (smallest) client, capped
@@ -434,45 +484,31 @@ def make_cohort_trainer(
       padded_steps=jnp.sum(steps).astype(jnp.float32),
     )
 
-  def train_lanes(global_params, cohort, valid, key, lr, aux) -> CohortResult:
-    """``lanes``: L = ``chunk`` lanes, each running its clients one after another.
+  def lanes_loop(global_params, cohort, steps, keys, lr, aux, lanes):
+    """The ``lanes`` loop over the m slots given (all of them, or one device's share).
 
-    Clients are assigned to lanes longest first, each to the least loaded lane (LPT), so
-    the loop runs max(lane load) iterations of L client-steps: the padding is the lanes'
-    imbalance at the end only, not every chunk's spread of step counts. A lane that starts a
-    client resets its params and optimizer state to the global ones; each step writes the
-    lane's delta into its client's row (a finished lane writes to a spare row).
-
-    The iterations run in blocks of ``LANE_BLOCK``: each block gathers its batches
-    ``[K, L, B, ...]`` once, and the inner loop only slices them. A gather from the full
-    training array inside the step loop is split over XLA:CPU's intra-op threads (its cost
-    model counts the whole operand), which cost ~10 us per step for a 2 KB batch.
+    Returns (deltas [m, ...], loss f32[m], padded lane-steps f32[1]).
     """
-    lanes = chunk
-    cohort = jnp.asarray(cohort, jnp.int32)
-    steps = jnp.where(valid, steps_all[cohort], 0)
-    slot = jnp.arange(num_selected)
-    keys = jax.vmap(lambda i: jax.random.fold_in(key, i))(slot)
+    m = cohort.shape[0]
     idx, mask = jax.vmap(batch_indices)(keys, counts[cohort], steps)
     fidx = offsets[cohort][:, None, None] + idx
-    # spare row num_selected: what a finished lane reads and writes
+    # spare row m: what a finished lane reads and writes
     fidx = jnp.concatenate([fidx, jnp.zeros_like(fidx[:1])])
     mask = jnp.concatenate([mask, jnp.zeros_like(mask[:1])])
     steps_x = jnp.concatenate([steps, jnp.ones((1,), steps.dtype)])
     aux_x = jax.tree_util.tree_map(lambda a: jnp.concatenate([a, a[:1]]), aux)
     load, lane_client, lane_start = assign_lanes(steps, lanes)
     lane_end = jnp.where(
-      lane_client < num_selected, lane_start + steps_x[lane_client], jnp.iinfo(jnp.int32).max
+      lane_client < m, lane_start + steps_x[lane_client], jnp.iinfo(jnp.int32).max
     )
     opt = client_optimizer(lr)
     opt_state0 = opt.init(global_params)
     stack = lambda t: jax.tree_util.tree_map(lambda a: jnp.broadcast_to(a, (lanes,) + a.shape), t)
-    out_d = jax.tree_util.tree_map(
-      lambda p: jnp.zeros((num_selected + 1,) + p.shape, p.dtype), global_params
-    )
-    out_l = jnp.zeros((num_selected + 1,), jnp.float32)
+    out_d = jax.tree_util.tree_map(lambda p: jnp.zeros((m + 1,) + p.shape, p.dtype), global_params)
+    out_l = jnp.zeros((m + 1,), jnp.float32)
     num_iters = jnp.max(load)
     block = LANE_BLOCK
+    lane_ids = jnp.arange(lanes)[None]
 
     def lane_step(params, opt_state, loss_sum, j, xb, yb, mb, aux_c):
       first = j == 0
@@ -488,8 +524,8 @@ def make_cohort_trainer(
       t = b * block + jnp.arange(block)
       # lane l at iteration t runs its k-th client, k = #clients of the lane ended by t
       k = jax.vmap(lambda e: jnp.searchsorted(e, t, side="right"))(lane_end).T  # [K, L]
-      c = lane_client[jnp.arange(lanes)[None], k]
-      j = jnp.where(c < num_selected, t[:, None] - lane_start[jnp.arange(lanes)[None], k], 0)
+      c = lane_client[lane_ids, k]
+      j = jnp.where(c < m, t[:, None] - lane_start[lane_ids, k], 0)
       fi = fidx[c, j]
       xs = (j, train_x[fi], train_y[fi], mask[c, j], c)
       xs += (jax.tree_util.tree_map(lambda a: a[c], aux_x),)
@@ -512,12 +548,57 @@ def make_cohort_trainer(
     init += (out_d, out_l)
     num_blocks = (num_iters + block - 1) // block
     _, _, _, deltas, loss = jax.lax.fori_loop(0, num_blocks, run_block, init)
-    deltas = jax.tree_util.tree_map(lambda d: d[:num_selected], deltas)
+    deltas = jax.tree_util.tree_map(lambda d: d[:m], deltas)
+    return deltas, loss[:m], (num_iters * lanes).astype(jnp.float32)[None]
+
+  def train_lanes(global_params, cohort, valid, key, lr, aux) -> CohortResult:
+    """``lanes``: L = ``chunk`` lanes, each running its clients one after another.
+
+    Clients are assigned to lanes longest first, each to the least loaded lane (LPT), so
+    the loop runs max(lane load) iterations of L client-steps: the padding is the lanes'
+    imbalance at the end only, not every chunk's spread of step counts. A lane that starts a
+    client resets its params and optimizer state to the global ones; each step writes the
+    lane's delta into its client's row (a finished lane writes to a spare row).
+
+    The iterations run in blocks of ``LANE_BLOCK``: each block gathers its batches
+    ``[K, L, B, ...]`` once, and the inner loop only slices them. A gather from the full
+    training array inside the step loop is split over XLA:CPU's intra-op threads (its cost
+    model counts the whole operand), which cost ~10 us per step for a 2 KB batch.
+
+    On several devices the cohort is dealt to them longest first in snake order (equal
+    slot counts, near-equal step totals) and each device runs its own lanes loop on its
+    share (``shard_map``); batch orders are those of one device, so results are equal.
+    """
+    cohort = jnp.asarray(cohort, jnp.int32)
+    steps = jnp.where(valid, steps_all[cohort], 0)
+    keys = jax.vmap(lambda i: jax.random.fold_in(key, i))(jnp.arange(num_selected))
+    if mesh is None:
+      deltas, loss, padded = lanes_loop(global_params, cohort, steps, keys, lr, aux, chunk)
+    else:
+      pad = m_pad - num_selected
+      pad0 = lambda a: jnp.pad(a, [(0, pad)] + [(0, 0)] * (a.ndim - 1))
+      ranked = jnp.argsort(-pad0(steps), stable=True).reshape(-1, num_devices)
+      snake = jnp.where((jnp.arange(ranked.shape[0]) % 2 == 1)[:, None], ranked[:, ::-1], ranked)
+      perm = snake.T.reshape(-1)  # device d's slots: perm[d * m_loc:(d + 1) * m_loc]
+      take = lambda a: pad0(a)[perm]
+      spec = P("clients")
+      local = jax.shard_map(
+        lambda p, c, s, k, r, a: lanes_loop(p, c, s, k, r, a, chunk),
+        mesh=mesh,
+        in_specs=(P(), spec, spec, spec, P(), spec),
+        out_specs=(spec, spec, spec),
+        check_vma=False,
+      )
+      aux_p = jax.tree_util.tree_map(take, aux)
+      out = local(global_params, take(cohort), take(steps), take(keys), lr, aux_p)
+      inverse = jnp.argsort(perm)
+      deltas, loss = jax.tree_util.tree_map(lambda a: a[inverse][:num_selected], out[:2])
+      padded = out[2]
     return CohortResult(
       deltas=deltas,
-      loss=jnp.where(valid, loss[:num_selected], 0.0),
+      loss=jnp.where(valid, loss, 0.0),
       num_steps=steps,
-      padded_steps=(num_iters * lanes).astype(jnp.float32),
+      padded_steps=jnp.sum(padded),
     )
 
   def train(global_params, cohort, valid, key, lr, aux) -> CohortResult:
@@ -601,12 +682,13 @@ def make_cohort_trainer(
       padded_steps=jnp.sum(steps).astype(jnp.float32),
     )
 
-  if cfg.parallelism == "lanes":
+  if kind == "lanes":
     train = train_lanes  # noqa: F811
-  elif chunk == 1:
+  elif kind == "flat":
     # one client at a time: the flat loop (no nested loops, no vmap of a single client,
     # whose batch dimension of 1 takes XLA:CPU's slower batched-dot path; nothing to shard)
     train = train_flat  # noqa: F811
+  train.kind = kind
   train.chunk_size = chunk
   train.max_steps = s_max
   train.steps_per_client = steps_all

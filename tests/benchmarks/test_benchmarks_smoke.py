@@ -36,19 +36,12 @@ def test_round_speed_quick_logreg_json_keys(capsys):
   (record,) = _lines(capsys)
   assert ENGINE_KEYS <= set(record)
   assert record["torch_loop_s"] is None
-  assert {"vmap", "map", "auto", "proposed"} <= set(record["modes"])
+  assert {"vmap", "map", "auto", "lanes_2"} <= set(record["modes"])
+  assert record["kind_by_mode"]["auto"] == "lanes"  # dense model, one CPU device
   # every implementation was checked against the first mode before timing
   assert all(d <= 1e-4 for d in record["max_abs_diff"].values())
   assert 0.0 < record["useful_step_fraction"] <= 1.0
   assert record["useful_step_fraction_by_mode"]["map"] == 1.0
-
-
-def test_proposed_chunk_size_rule():
-  # equal step counts: no padding at any chunk size, so one chunk (vmap) is cheapest
-  assert round_speed.proposed_chunk_size(np.full(100, 50), 100, 10, 1) == 100
-  # heavy-tailed sizes: small sorted chunks beat padding everyone to the longest client
-  counts = np.r_[np.full(99, 20), 5000]
-  assert round_speed.proposed_chunk_size(counts, 100, 10, 1) < 100
 
 
 def test_padded_lane_steps_counts_sorted_chunks():

@@ -252,21 +252,36 @@ def test_client_permutations_are_uniform_permutations_of_the_first_n():
   assert chi2 < 23.5, counts
 
 
-def test_auto_overhead_shrinks_with_model_size_on_cpu():
-  # logistic regression on Synthetic (610 params): ~2.3 client-steps of fixed overhead per
-  # loop iteration, so heavy-tailed cohorts run in small chunks; the 60-200-10 MLP (14,210
-  # params): ~0.1, so one client at a time (map) is cheapest
-  assert engine.overhead_lanes("cpu", 610, 10) == pytest.approx(2.295, abs=0.01)
-  assert engine.overhead_lanes("cpu", 14_210, 10) < 0.2
-  assert engine.overhead_lanes("gpu", 14_210, 10) == 64.0
+def test_auto_chunks_on_accelerators():
   cfg = engine.EngineConfig(parallelism="auto", batch_size=10)
+  assert engine.resolve_kind(cfg, False, "gpu") == "chunked"
   steps = np.concatenate([np.full(60, 5), np.full(30, 20), np.full(10, 200)])
-  assert 1 < engine.resolve_chunk_size(cfg, 100, False, "cpu", steps, num_params=610) < 100
-  # every client 20 % longer than the previous: padding a neighbour costs more than 0.1 step
-  spread = np.round(5 * 1.2 ** np.arange(100))
-  assert engine.resolve_chunk_size(cfg, 100, False, "cpu", spread, num_params=14_210) == 1
-  assert engine.resolve_chunk_size(cfg, 100, False, "cpu", spread, num_params=610) > 1
-  # equal sizes: no padding to lose, so vmap whatever the model
-  assert (
-    engine.resolve_chunk_size(cfg, 100, False, "cpu", np.full(100, 5), num_params=14_210) == 100
-  )
+  chunk = engine.resolve_chunk_size(cfg, 100, False, "gpu", steps, 610)
+  assert chunk == engine.auto_chunk_size(steps, 100, engine.AUTO_OVERHEAD_LANES_ACCELERATOR)
+  # equal sizes: no padding to lose, so vmap
+  assert engine.resolve_chunk_size(cfg, 100, False, "gpu", np.full(100, 5), 14_210) == 100
+
+
+def test_auto_lanes_on_one_cpu_device():
+  cfg = engine.EngineConfig(parallelism="auto", batch_size=10)
+  assert engine.resolve_kind(cfg, False, "cpu") == "lanes"
+  assert engine.resolve_kind(cfg, True, "cpu") == "flat"  # CNNs: one client at a time
+  assert engine.resolve_kind(cfg, False, "cpu", num_devices=2) == "lanes"
+  for mode, kind in [("map", "flat"), ("vmap", "chunked"), ("chunked", "chunked")]:
+    assert engine.resolve_kind(cfg._replace(parallelism=mode), False, "cpu") == kind
+  # LPT makespan by hand: [17, 12, 9, 5, 4, 3, 3, 1] on 3 lanes -> loads 18, 19, 17
+  assert engine.lpt_makespan([17, 12, 9, 5, 4, 3, 3, 1], 3) == 19
+  # cost = makespan x (1 + L): [100, 1, 1, 1] -> L=1: 103 x 2 = 206 < L=2: 100 x 3
+  assert engine.auto_lane_count(np.array([100, 1, 1, 1]), 4) == 1
+  # four equal clients of 10 steps: L=1 80, L=2 60, L=3 80, L=4 50
+  assert engine.auto_lane_count(np.full(4, 10), 4) == 4
+  # ... unless the lanes' parameters pass the budget (32k floats): 20,000 params -> 1 lane
+  assert engine.auto_lane_count(np.full(4, 10), 4, num_params=20_000) == 1
+  assert engine.auto_lane_count(np.full(100, 5), 100, num_params=14_210) == 2
+  # the Synthetic-like heavy tail with logistic regression: a handful of lanes
+  steps = np.concatenate([np.full(60, 5), np.full(30, 20), np.full(10, 200)])
+  lanes = engine.resolve_chunk_size(cfg, 100, False, "cpu", steps, num_params=610)
+  assert 2 < lanes < 32
+  # on several devices: lanes per device, for its share of the cohort
+  per_device = engine.resolve_chunk_size(cfg, 100, False, "cpu", steps, 610, num_devices=2)
+  assert per_device == engine.auto_lane_count(steps, 50, 610)

@@ -10,6 +10,7 @@ import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from fedjax_sel import aggregation, availability, client, models, selection
 from fedjax_sel.core import engine, simulation
@@ -128,11 +129,14 @@ def _run_devices(n, par):
   return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def test_one_device_equals_four_devices():
-  one = _run_devices(1, "vmap")
-  four = _run_devices(4, "vmap")
-  assert one["n"] == 1 and four["n"] == 4
-  for a, b in zip(one["leaves"], four["leaves"]):
+@pytest.mark.parametrize("par,n", [("vmap", 4), ("auto", 2), ("lanes", 3)])
+def test_one_device_equals_several_devices(par, n):
+  # auto on CPU: lanes; on several devices each runs lanes on its share of the cohort
+  # (3 devices for 4 slots: one padded slot)
+  one = _run_devices(1, par)
+  several = _run_devices(n, par)
+  assert one["n"] == 1 and several["n"] == n
+  for a, b in zip(one["leaves"], several["leaves"]):
     np.testing.assert_allclose(a, b, atol=1e-5)
 
 
