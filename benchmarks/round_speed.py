@@ -39,7 +39,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from benchmarks import _common as C
-from fedjax_sel import models
 from fedjax_sel.core import engine
 
 MODELS = ("logreg", "mlp", "cnn_mnist", "cnn_cifar")

@@ -8,7 +8,8 @@ Two measurements per model (Synthetic(0.5, 0.5), batch 10, 1 local epoch, plain 
 
 1. **Cost of one local-step iteration vs the number of clients c batched in it.** Every
    client gets the same number of examples (no padding), the engine runs in ``lanes``
-   mode with c lanes (``--sweep_mode=chunked``: chunks of c), and the time per loop iteration (one SGD step of c clients) is
+   mode with c lanes (``--sweep_mode=chunked``: chunks of c), and the time per loop
+   iteration (one SGD step of c clients) is
    ``t / (M / c * steps)``. A least-squares fit ``t_iter(c) = a + b c`` gives the fixed
    per-iteration overhead ``a`` and the marginal cost of one client-step ``b``; their ratio
    ``a / b`` is the fixed overhead in client-steps (``engine.LANE_OVERHEAD_CPU`` of the

@@ -6,16 +6,20 @@ local step gathers its batch from the flat arrays by index. Clients with differe
 of data run different numbers of steps: a padded step is masked (``jnp.where`` on params
 and optimizer state, so it changes nothing).
 
-Parallelism is a chunk size c over the cohort: the cohort (sorted by step count when
-bucketing) is cut into G = M / c chunks, a ``lax.map`` runs the chunks one after another and
-each chunk runs ``vmap`` over its c clients inside a loop whose trip count is the chunk's
-own largest step count. So
+Parallelism modes:
 
-* ``vmap``: c = M, one chunk, padded to the cohort's longest client;
-* ``map``: c = 1, clients one after another inside jit, no padding at all (run as one flat
-  loop over every (client, step) pair rather than a loop of loops);
-* ``chunked``: c = ``chunk_size``; with step-count sorting this is step bucketing: chunks
-  hold clients of similar step counts, so padding stays small.
+* ``lanes`` (``auto`` for dense models on CPU): L lanes, each running its clients one after
+  another; clients go longest first to the least loaded lane (LPT), so the only padding is
+  the lanes' imbalance at the end. One loop of max(lane load) iterations, each a vmapped
+  step of the L lanes; batches are gathered once per block of 16 iterations. On several
+  devices each device runs lanes on its share of the cohort (``shard_map``).
+* ``map``: one client at a time inside jit, no padding (one flat loop over every
+  (client, step) pair; ``auto`` for CNNs on CPU).
+* ``chunked``: the cohort (sorted by step count when bucketing) is cut into chunks of c
+  clients; a ``lax.map`` runs the chunks one after another and each vmaps its c clients
+  inside a loop whose trip count is the chunk's own largest step count (``auto`` on
+  accelerators, where wide batches are nearly free; several devices split each chunk).
+* ``vmap``: one chunk of all M clients, padded to the cohort's longest client.
 
 The engine reports the useful-step fraction: real steps / (steps run by the padded loops).
 """
@@ -47,7 +51,8 @@ class EngineConfig(NamedTuple):
     local_epochs: E, passes over the client's data (used when ``local_steps`` is None).
     local_steps: K, a fixed number of local steps per client (wins over epochs).
     parallelism: one of ``PARALLELISM``.
-    chunk_size: clients per chunk for ``chunked`` (and ``auto`` when it picks chunks).
+    chunk_size: clients per chunk for ``chunked``, lanes per device for ``lanes`` (0: 8;
+      ``auto`` picks its own).
     sort_by_steps: sort the cohort by step count before chunking (step bucketing).
   """
 
