@@ -26,6 +26,7 @@ The engine reports the useful-step fraction: real steps / (steps run by the padd
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -221,10 +222,11 @@ LANE_PARAM_BUDGET = 1 << 15
 
 def lpt_makespan(steps: Any, lanes: int) -> int:
   """Iterations of the ``lanes`` loop: the largest lane load of LPT (as :func:`assign_lanes`)."""
-  load = np.zeros(max(1, lanes), np.int64)
-  for s in np.sort(np.asarray(steps, np.int64))[::-1]:
-    load[np.argmin(load)] += s
-  return int(load.max())
+  heap = [(0, lane) for lane in range(max(1, lanes))]  # (load, lane): ties go to the lowest
+  for s in np.sort(np.asarray(steps, np.int64))[::-1].tolist():
+    load, lane = heapq.heappop(heap)
+    heapq.heappush(heap, (load + s, lane))
+  return int(max(load for load, _ in heap))
 
 
 def auto_lane_count(
