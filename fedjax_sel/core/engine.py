@@ -517,15 +517,28 @@ def make_cohort_trainer(
     block = LANE_BLOCK
     lane_ids = jnp.arange(lanes)[None]
 
-    def lane_step(params, opt_state, loss_sum, j, xb, yb, mb, aux_c):
-      first = j == 0
-      reset = lambda new, old: jnp.where(first, new, old)
-      params = jax.tree_util.tree_map(reset, global_params, params)
-      opt_state = jax.tree_util.tree_map(reset, opt_state0, opt_state)
-      loss_sum = jnp.where(first, 0.0, loss_sum)
+    def lane_step(params, opt_state, xb, yb, mb, aux_c):
       loss, grads = client_update.grad(loss_fn, params, global_params, (xb, yb, mb), aux_c)
       updates, opt_state = opt.update(grads, opt_state, params)
-      return optax.apply_updates(params, updates), opt_state, loss_sum + loss
+      return optax.apply_updates(params, updates), opt_state, loss
+
+    def save(out_d, out_l, params, loss_sum, dest):
+      """Writes each lane's delta and mean loss into row ``dest`` (m: the spare row)."""
+      out_d = jax.tree_util.tree_map(
+        lambda o, p, g: o.at[dest].set(p - g[None]), out_d, params, global_params
+      )
+      out_l = out_l.at[dest].set(loss_sum / steps_x[dest].astype(jnp.float32))
+      return out_d, out_l
+
+    def switch(carry, c_i):
+      """Lanes whose client changed: save the finished client, start from the global params."""
+      params, opt_state, loss_sum, prev_c, out_d, out_l = carry
+      new = c_i != prev_c
+      out_d, out_l = save(out_d, out_l, params, loss_sum, jnp.where(new, prev_c, m))
+      reset = lambda g, p: jnp.where(new.reshape((-1,) + (1,) * (p.ndim - 1)), g[None], p)
+      params = jax.tree_util.tree_map(reset, global_params, params)
+      opt_state = jax.tree_util.tree_map(reset, opt_state0, opt_state)
+      return params, opt_state, jnp.where(new, 0.0, loss_sum), c_i, out_d, out_l
 
     def run_block(b, carry):
       t = b * block + jnp.arange(block)
@@ -534,27 +547,25 @@ def make_cohort_trainer(
       c = lane_client[lane_ids, k]
       j = jnp.where(c < m, t[:, None] - lane_start[lane_ids, k], 0)
       fi = fidx[c, j]
-      xs = (j, train_x[fi], train_y[fi], mask[c, j], c)
+      xs = (train_x[fi], train_y[fi], mask[c, j], c)
       xs += (jax.tree_util.tree_map(lambda a: a[c], aux_x),)
 
       def inner(i, carry):
-        params, opt_state, loss_sum, out_d, out_l = carry
-        j_i, x_i, y_i, m_i, c_i, aux_i = jax.tree_util.tree_map(lambda a: a[i], xs)
-        params, opt_state, loss_sum = jax.vmap(lane_step)(
-          params, opt_state, loss_sum, j_i, x_i, y_i, m_i, aux_i
-        )
-        out_d = jax.tree_util.tree_map(
-          lambda o, p, g: o.at[c_i].set(p - g[None]), out_d, params, global_params
-        )
-        out_l = out_l.at[c_i].set(loss_sum / steps_x[c_i].astype(jnp.float32))
-        return params, opt_state, loss_sum, out_d, out_l
+        x_i, y_i, m_i, c_i, aux_i = jax.tree_util.tree_map(lambda a: a[i], xs)
+        # a lane changes client every ~S / L iterations: skip the save/reset passes over
+        # the lanes' params otherwise
+        carry = jax.lax.cond(jnp.any(c_i != carry[3]), switch, lambda a, _: a, carry, c_i)
+        params, opt_state, loss_sum, prev_c, out_d, out_l = carry
+        params, opt_state, loss = jax.vmap(lane_step)(params, opt_state, x_i, y_i, m_i, aux_i)
+        return params, opt_state, loss_sum + loss, prev_c, out_d, out_l
 
       return jax.lax.fori_loop(0, jnp.minimum(block, num_iters - b * block), inner, carry)
 
     init = (stack(global_params), stack(opt_state0), jnp.zeros((lanes,), jnp.float32))
-    init += (out_d, out_l)
+    init += (jnp.full((lanes,), m, jnp.int32), out_d, out_l)
     num_blocks = (num_iters + block - 1) // block
-    _, _, _, deltas, loss = jax.lax.fori_loop(0, num_blocks, run_block, init)
+    params, _, loss_sum, prev_c, out_d, out_l = jax.lax.fori_loop(0, num_blocks, run_block, init)
+    deltas, loss = save(out_d, out_l, params, loss_sum, prev_c)  # the lanes' last clients
     deltas = jax.tree_util.tree_map(lambda d: d[:m], deltas)
     return deltas, loss[:m], (num_iters * lanes).astype(jnp.float32)[None]
 
