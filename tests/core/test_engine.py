@@ -27,6 +27,16 @@ def _trainer(data, rule, cfg, m, model_name="logreg", momentum=0.0):
   return model, tr
 
 
+def _equals_loop(tr, params, cohort, valid, key):
+  """Runs the jitted cohort call and the per-client loop; asserts they agree; returns the call."""
+  out = jax.jit(tr)(params, cohort, valid, key, 0.05, cohort)
+  ref = tr.per_client_loop(params, cohort, valid, key, 0.05, cohort)
+  assert _max_diff(out.deltas, ref.deltas) < 1e-5
+  np.testing.assert_allclose(out.loss, ref.loss, atol=1e-5)
+  np.testing.assert_array_equal(out.num_steps, ref.num_steps)
+  return out
+
+
 def _max_diff(a, b):
   return max(
     float(jnp.max(jnp.abs(x - y)))
@@ -59,12 +69,7 @@ def test_cohort_equals_per_client_loop(small_synthetic, rule_name, hp, paralleli
   params = model.init(jax.random.PRNGKey(0))
   cohort = jnp.array([0, 7, 3, 11, 5])
   valid = jnp.array([True, True, False, True, True])
-  key = jax.random.PRNGKey(4)
-  out = jax.jit(tr)(params, cohort, valid, key, 0.05, cohort)
-  ref = tr.per_client_loop(params, cohort, valid, key, 0.05, cohort)
-  assert _max_diff(out.deltas, ref.deltas) < 1e-5
-  np.testing.assert_allclose(out.loss, ref.loss, atol=1e-5)
-  np.testing.assert_array_equal(out.num_steps, ref.num_steps)
+  out = _equals_loop(tr, params, cohort, valid, jax.random.PRNGKey(4))
   # padding happened (unequal sizes, epochs mode) except in map mode, which never pads
   if steps is None and parallelism == "vmap":
     assert float(out.padded_steps) > float(jnp.sum(out.num_steps))
@@ -83,11 +88,7 @@ def test_lanes_with_momentum_equal_loop(small_synthetic, num_lanes):
   params = model.init(jax.random.PRNGKey(0))
   cohort = jnp.array([3, 0, 11, 7, 5])
   valid = jnp.array([True, True, True, False, True])
-  key = jax.random.PRNGKey(9)
-  out = jax.jit(tr)(params, cohort, valid, key, 0.05, cohort)
-  ref = tr.per_client_loop(params, cohort, valid, key, 0.05, cohort)
-  assert _max_diff(out.deltas, ref.deltas) < 1e-5
-  np.testing.assert_allclose(out.loss, ref.loss, atol=1e-5)
+  out = _equals_loop(tr, params, cohort, valid, jax.random.PRNGKey(9))
   steps = np.asarray(out.num_steps)
   lanes = tr.chunk_size
   assert lanes == min(num_lanes, 5)  # never more lanes than cohort slots
