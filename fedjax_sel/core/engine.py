@@ -220,6 +220,16 @@ LANE_OVERHEAD_CPU = 1.0
 LANE_PARAM_BUDGET = 1 << 15
 
 
+def lane_param_budget(num_devices: int) -> int:
+  """Floats of lane parameters per device before lanes get dearer: ``LANE_PARAM_BUDGET``
+  per device in use. Measured on the 2-core machine (round_speed, MLP, M = 100): on one
+  device 4 lanes ran 1.3-1.4x slower than 2 (106-114 vs 79-88 ms, four runs); on two host
+  devices, each with 50 clients, 3-4 lanes per device ran 10-15 % *faster* than 2 (39-46 vs
+  45-50 ms, four runs): with every core running a device, the thread split of the wider
+  update costs nothing extra."""
+  return LANE_PARAM_BUDGET * max(1, int(num_devices))
+
+
 def lpt_makespan(steps: Any, lanes: int) -> int:
   """Iterations of the ``lanes`` loop: the largest lane load of LPT (as :func:`assign_lanes`)."""
   heap = [(0, lane) for lane in range(max(1, lanes))]  # (load, lane): ties go to the lowest
@@ -230,13 +240,17 @@ def lpt_makespan(steps: Any, lanes: int) -> int:
 
 
 def auto_lane_count(
-  steps: Any, num_selected: int, num_params: int | None = None, overhead: float = LANE_OVERHEAD_CPU
+  steps: Any,
+  num_selected: int,
+  num_params: int | None = None,
+  overhead: float = LANE_OVERHEAD_CPU,
+  param_budget: int = LANE_PARAM_BUDGET,
 ) -> int:
   """The lane count with the least expected cost for a cohort of this population (CPU).
 
   A typical cohort is the ``num_selected`` quantiles of the population's step counts; L
   lanes cost ``lpt_makespan(cohort, L) * (overhead + L)``; L runs over 1, 2, 3, 4, 6, 8,
-  12, ... up to M and to ``LANE_PARAM_BUDGET / num_params``.
+  12, ... up to M and to ``param_budget / num_params``.
   """
   steps = np.asarray(steps, np.float64)
   steps = steps[steps > 0] if np.any(steps > 0) else np.ones(1)
@@ -244,7 +258,7 @@ def auto_lane_count(
   typical = np.quantile(steps, q, method="nearest").astype(np.int64)
   max_lanes = num_selected
   if num_params:
-    max_lanes = max(1, min(num_selected, LANE_PARAM_BUDGET // int(num_params)))
+    max_lanes = max(1, min(num_selected, param_budget // int(num_params)))
   candidates, p = set(), 1
   while p <= max_lanes:
     candidates.update(c for c in (p, p + p // 2) if c <= max_lanes)
@@ -295,7 +309,8 @@ def resolve_chunk_size(
     if kind == "flat":
       return 1
     if kind == "lanes":  # lanes per device, for its share of the cohort
-      return auto_lane_count(steps, -(-num_selected // num_devices), num_params)
+      share = -(-num_selected // num_devices)
+      return auto_lane_count(steps, share, num_params, param_budget=lane_param_budget(num_devices))
     chunk = auto_chunk_size(steps, num_selected, AUTO_OVERHEAD_LANES_ACCELERATOR)
     return max(1, min(chunk, num_selected))
   if mode == "vmap":

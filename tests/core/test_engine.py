@@ -285,4 +285,7 @@ def test_auto_lanes_on_one_cpu_device():
   assert 2 < lanes < 32
   # on several devices: lanes per device, for its share of the cohort
   per_device = engine.resolve_chunk_size(cfg, 100, False, "cpu", steps, 610, num_devices=2)
-  assert per_device == engine.auto_lane_count(steps, 50, 610)
+  assert per_device == engine.auto_lane_count(steps, 50, 610, param_budget=2 * (1 << 15))
+  # the lane-parameter budget grows with the devices in use: the MLP gets up to 4 per device
+  assert engine.lane_param_budget(2) == 2 * engine.lane_param_budget(1)
+  assert engine.auto_lane_count(np.full(100, 5), 50, 14_210, param_budget=1 << 16) == 4
