@@ -64,6 +64,17 @@ def machine_info(with_torch: bool = False) -> dict:
   return info
 
 
+def set_cpu_devices(n: int) -> None:
+  """Exposes ``n`` CPU cores as JAX devices; must run before JAX starts its backend."""
+  if n < 1:
+    raise SystemExit(f"--cpu_devices={n}; allowed: an integer >= 1")
+  try:
+    jax.config.update("jax_num_cpu_devices", n)
+  except RuntimeError as e:  # the backend is already up in this process
+    if jax.device_count("cpu") != n:
+      raise SystemExit(f"--cpu_devices={n}: JAX's CPU backend already started ({e})") from e
+
+
 # ----------------------------------------------------------------------------- data
 class CohortData(NamedTuple):
   """Flat training arrays of N clients (numpy), as the engine takes them."""

@@ -3,6 +3,7 @@ r"""Seconds per round of local training: our engine vs per-client loops, side by
   python -m benchmarks.round_speed --json                       # the full grid
   python -m benchmarks.round_speed --json --quick               # tiny settings (smoke test)
   python -m benchmarks.round_speed --json --models=mlp --cohorts=100 --repeats=7
+  python -m benchmarks.round_speed --json --cpu_devices=2 --models=logreg,mlp --cohorts=100
 
 For each (model, cohort size M), on the same data, initial params, batch order and
 hyper-parameters (Synthetic(0.5, 0.5) for logreg/mlp; random 28x28x1 / 32x32x3 images for
@@ -312,6 +313,12 @@ def bench_round_level(model_name: str, args) -> dict:
 def parse_args(argv=None):
   p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
   p.add_argument("--models", default=",".join(MODELS), help="comma-separated model names")
+  p.add_argument(
+    "--cpu_devices",
+    type=int,
+    default=0,
+    help="expose this many CPU cores as JAX devices (jax_num_cpu_devices; 0: JAX's default)",
+  )
   p.add_argument("--cohorts", default="10,100,1000", help="cohort sizes M for logreg/mlp")
   p.add_argument("--cnn_cohorts", default="10", help="cohort sizes M for the CNNs")
   p.add_argument("--chunk_sizes", default="4,8,16,32", help="chunk sizes for chunked mode")
@@ -388,6 +395,8 @@ def _emit(record: dict, as_json: bool) -> None:
 
 def main(argv=None) -> int:
   args = parse_args(argv)
+  if args.cpu_devices:
+    C.set_cpu_devices(args.cpu_devices)
   for model_name in args.models:
     cohorts = args.cnn_cohorts if model_name.startswith("cnn") else args.cohorts
     for m in cohorts:

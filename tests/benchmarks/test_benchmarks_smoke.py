@@ -115,3 +115,12 @@ def test_pfl_setup_quick(capsys):
   (record,) = _lines(capsys)
   assert {"round_s", "projected_1500_rounds_s", "clients_per_round"} <= set(record)
   assert record["projected_1500_rounds_s"] == pytest.approx(1500 * record["round_s"])
+
+
+def test_cpu_devices_flag_checks_its_value():
+  with pytest.raises(SystemExit, match="--cpu_devices=0; allowed"):
+    C.set_cpu_devices(0)
+  # the backend of this process is already up: asking for what it has is fine, else a message
+  C.set_cpu_devices(jax.device_count("cpu"))
+  with pytest.raises(SystemExit, match="already started"):
+    C.set_cpu_devices(jax.device_count("cpu") + 1)
