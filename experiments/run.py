@@ -279,6 +279,11 @@ def main(argv):
     f"final accuracy {100 * summary['final_test_accuracy']:.2f} %, "
     f"{1000 * summary['seconds_per_round']:.1f} ms/round, useful-step fraction "
     f"{summary['useful_step_fraction']:.3f}"
+    + (
+      f", compilation ~{summary['compile_seconds']:.1f} s"
+      if summary.get("compile_seconds") is not None
+      else ""
+    )
   )
   print(f"results: {config.output_dir}/ (metrics.jsonl, summary.json, curves.png)")
   logging.info("done")

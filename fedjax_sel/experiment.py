@@ -522,6 +522,20 @@ def run(
     return finish()
 
 
+def _compile_seconds(history) -> float | None:
+  """Compilation (and first-call) time: the first block's wall time minus its rounds at the
+  steady per-round rate of the later blocks (evaluation included in both). None with fewer
+  than two blocks."""
+  if len(history) < 2:
+    return None
+  first, last = history[0], history[-1]
+  rounds = last["round"] - first["round"]
+  if rounds <= 0:
+    return None
+  steady = (last["seconds"] - first["seconds"]) / rounds
+  return max(0.0, first["seconds"] - first["round"] * steady)
+
+
 def _summary(history, state, sim, c, stopped: str | None = None) -> dict:
   last = history[-1] if history else {}
   seconds = last.get("seconds", 0.0)
@@ -543,6 +557,8 @@ def _summary(history, state, sim, c, stopped: str | None = None) -> dict:
     "empty_rounds": int(state.empty_rounds),
     "skipped_updates": int(state.skipped_updates),
     "chunk_size": int(sim.trainer.chunk_size),
+    "parallelism": sim.trainer.kind,
+    "compile_seconds": _compile_seconds(history),
   }
 
 

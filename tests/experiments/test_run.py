@@ -68,6 +68,11 @@ def test_run_writes_results(tmp_path):
   assert summary["rounds"] == 6 and len(summary["sampling_counts"]) == 8
   assert sum(summary["sampling_counts"]) <= 6 * 3
   assert summary["complete"] is True and summary["stopped"] is None
+  # compile time: the first block's time minus 3 rounds at the second block's rate
+  steady = (records[1]["seconds"] - records[0]["seconds"]) / 3
+  assert summary["compile_seconds"] == pytest.approx(max(0.0, records[0]["seconds"] - 3 * steady))
+  assert 0.0 <= summary["compile_seconds"] <= records[0]["seconds"]
+  assert summary["parallelism"] in ("lanes", "flat", "chunked")
   config = json.loads((out / "config.json").read_text())
   assert config["config"]["selection_hparams"] == {"alpha": 1.0}
   assert config["environment"]["jax"] and config["environment"]["devices"]
