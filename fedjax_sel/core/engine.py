@@ -172,6 +172,12 @@ def client_permutations(key: jax.Array, n: jax.Array, n_max: int, num_perms: int
   return (packed & jnp.uint32((1 << bits) - 1)).astype(jnp.int32)
 
 
+def slot_keys(key: jax.Array, num_slots: int) -> jax.Array:
+  """One key per cohort slot (``fold_in(key, slot)``): a slot's batch order depends only on
+  the round key and the slot, whichever loop trains it."""
+  return jax.vmap(lambda i: jax.random.fold_in(key, i))(jnp.arange(num_slots))
+
+
 # iterations per block of the ``lanes`` loop (each block gathers its batches once)
 LANE_BLOCK = 16
 
@@ -268,7 +274,7 @@ def auto_lane_count(
   return int(min(sorted(cost), key=lambda lanes: cost[lanes]))
 
 
-def resolve_kind(cfg: EngineConfig, conv: bool, backend: str, num_devices: int = 1) -> str:
+def resolve_kind(cfg: EngineConfig, conv: bool, backend: str) -> str:
   """Which loop a parallelism mode runs: ``lanes``, ``flat`` (one client at a time) or
   ``chunked`` (chunks of clients vmapped, padded to the chunk's longest; ``vmap`` is one
   chunk). ``auto`` runs lanes for dense models on CPU (measured fastest,
@@ -305,7 +311,7 @@ def resolve_chunk_size(
   if mode == "auto":
     if steps is None:
       return num_selected
-    kind = resolve_kind(cfg, conv, backend, num_devices)
+    kind = resolve_kind(cfg, conv, backend)
     if kind == "flat":
       return 1
     if kind == "lanes":  # lanes per device, for its share of the cohort
@@ -385,7 +391,7 @@ def make_cohort_trainer(
   mesh = _client_mesh()
   num_devices = 1 if mesh is None else mesh.devices.size
   backend = jax.default_backend()
-  kind = resolve_kind(cfg, conv, backend, num_devices)
+  kind = resolve_kind(cfg, conv, backend)
   chunk = resolve_chunk_size(
     cfg, num_selected, conv, backend, np.asarray(steps_all), num_params, num_devices
   )
@@ -405,8 +411,9 @@ def make_cohort_trainer(
   else:
     num_perms = int(cfg.local_epochs)
 
-  def batch_indices(key, n, steps):
-    """Example indices i32[S, B] into the client's data and their mask bool[S, B]."""
+  def client_batches(key, client, steps):
+    """Flat example indices i32[S, B] of a client's local batches and their mask bool[S, B]."""
+    n = counts[client]
     perm = client_permutations(key, n, n_max, num_perms)
     j = jnp.arange(s_max)[:, None]
     b = jnp.arange(batch)[None, :]
@@ -422,12 +429,14 @@ def make_cohort_trainer(
       within = (j % steps_per_epoch) * batch + b
       mask = (within < n) & (j < steps)
       within = jnp.minimum(within, n_max - 1)
-    idx = perm[epoch, within]
-    return idx, mask
+    return offsets[client] + perm[epoch, within], mask
 
-  def local_step(opt, params, opt_state, global_params, fidx_j, mask_j, aux):
-    """One local SGD step on the batch at flat indices ``fidx_j``: (loss, params, state)."""
-    batch = (train_x[fidx_j], train_y[fidx_j], mask_j)
+  def batch_at(fidx, mask):
+    """The (x, y, mask) batch at flat example indices ``fidx``."""
+    return train_x[fidx], train_y[fidx], mask
+
+  def local_step(opt, params, opt_state, global_params, batch, aux):
+    """One local SGD step on ``batch`` = (x, y, mask): (loss, params, state)."""
     loss, grads = client_update.grad(loss_fn, params, global_params, batch, aux)
     updates, opt_state = opt.update(grads, opt_state, params)
     return loss, optax.apply_updates(params, updates), opt_state
@@ -439,7 +448,7 @@ def make_cohort_trainer(
     def body(j, carry):
       params, opt_state, loss_sum = carry
       loss, new_params, new_opt_state = local_step(
-        opt, params, opt_state, global_params, fidx[j], mb[j], aux
+        opt, params, opt_state, global_params, batch_at(fidx[j], mb[j]), aux
       )
       active = j < steps
       keep = lambda new, old: jnp.where(active, new, old)
@@ -463,10 +472,7 @@ def make_cohort_trainer(
     """
     cohort = jnp.asarray(cohort, jnp.int32)
     steps = jnp.where(valid, steps_all[cohort], 0)
-    slot = jnp.arange(num_selected)
-    keys = jax.vmap(lambda i: jax.random.fold_in(key, i))(slot)
-    idx, mask = jax.vmap(batch_indices)(keys, counts[cohort], steps)
-    fidx = offsets[cohort][:, None, None] + idx
+    fidx, mask = jax.vmap(client_batches)(slot_keys(key, num_selected), cohort, steps)
     ends = jnp.cumsum(steps)
     starts = ends - steps
     opt = client_optimizer(lr)
@@ -487,7 +493,7 @@ def make_cohort_trainer(
       loss_sum = jnp.where(first, 0.0, loss_sum)
       aux_c = jax.tree_util.tree_map(lambda a: a[c], aux)
       loss, params, opt_state = local_step(
-        opt, params, opt_state, global_params, fidx[c, j], mask[c, j], aux_c
+        opt, params, opt_state, global_params, batch_at(fidx[c, j], mask[c, j]), aux_c
       )
       loss_sum = loss_sum + loss
       # client c's row is rewritten every step, so it ends as its last step's result
@@ -512,8 +518,7 @@ def make_cohort_trainer(
     Returns (deltas [m, ...], loss f32[m], padded lane-steps f32[1]).
     """
     m = cohort.shape[0]
-    idx, mask = jax.vmap(batch_indices)(keys, counts[cohort], steps)
-    fidx = offsets[cohort][:, None, None] + idx
+    fidx, mask = jax.vmap(client_batches)(keys, cohort, steps)
     # spare row m: what a finished lane reads and writes
     fidx = jnp.concatenate([fidx, jnp.zeros_like(fidx[:1])])
     mask = jnp.concatenate([mask, jnp.zeros_like(mask[:1])])
@@ -532,10 +537,7 @@ def make_cohort_trainer(
     block = LANE_BLOCK
     lane_ids = jnp.arange(lanes)[None]
 
-    def lane_step(params, opt_state, xb, yb, mb, aux_c):
-      loss, grads = client_update.grad(loss_fn, params, global_params, (xb, yb, mb), aux_c)
-      updates, opt_state = opt.update(grads, opt_state, params)
-      return optax.apply_updates(params, updates), opt_state, loss
+    lane_step = jax.vmap(lambda p, s, b, a: local_step(opt, p, s, global_params, b, a))
 
     def save(out_d, out_l, params, loss_sum, dest):
       """Writes each lane's delta and mean loss into row ``dest`` (m: the spare row)."""
@@ -561,17 +563,15 @@ def make_cohort_trainer(
       k = jax.vmap(lambda e: jnp.searchsorted(e, t, side="right"))(lane_end).T  # [K, L]
       c = lane_client[lane_ids, k]
       j = jnp.where(c < m, t[:, None] - lane_start[lane_ids, k], 0)
-      fi = fidx[c, j]
-      xs = (train_x[fi], train_y[fi], mask[c, j], c)
-      xs += (jax.tree_util.tree_map(lambda a: a[c], aux_x),)
+      xs = (batch_at(fidx[c, j], mask[c, j]), c, jax.tree_util.tree_map(lambda a: a[c], aux_x))
 
       def inner(i, carry):
-        x_i, y_i, m_i, c_i, aux_i = jax.tree_util.tree_map(lambda a: a[i], xs)
+        batch_i, c_i, aux_i = jax.tree_util.tree_map(lambda a: a[i], xs)
         # a lane changes client every ~S / L iterations: skip the save/reset passes over
         # the lanes' params otherwise
         carry = jax.lax.cond(jnp.any(c_i != carry[3]), switch, lambda a, _: a, carry, c_i)
         params, opt_state, loss_sum, prev_c, out_d, out_l = carry
-        params, opt_state, loss = jax.vmap(lane_step)(params, opt_state, x_i, y_i, m_i, aux_i)
+        loss, params, opt_state = lane_step(params, opt_state, batch_i, aux_i)
         return params, opt_state, loss_sum + loss, prev_c, out_d, out_l
 
       return jax.lax.fori_loop(0, jnp.minimum(block, num_iters - b * block), inner, carry)
@@ -604,7 +604,7 @@ def make_cohort_trainer(
     """
     cohort = jnp.asarray(cohort, jnp.int32)
     steps = jnp.where(valid, steps_all[cohort], 0)
-    keys = jax.vmap(lambda i: jax.random.fold_in(key, i))(jnp.arange(num_selected))
+    keys = slot_keys(key, num_selected)
     if mesh is None:
       deltas, loss, padded = lanes_loop(global_params, cohort, steps, keys, lr, aux, chunk)
     else:
@@ -642,7 +642,7 @@ def make_cohort_trainer(
     steps_p = jnp.pad(steps, (0, pad))
     aux_p = jax.tree_util.tree_map(lambda a: jnp.pad(a, [(0, pad)] + [(0, 0)] * (a.ndim - 1)), aux)
     slot = jnp.arange(m_pad)
-    keys = jax.vmap(lambda i: jax.random.fold_in(key, i))(slot)
+    keys = slot_keys(key, m_pad)
     order = jnp.argsort(-steps_p, stable=True) if (cfg.sort_by_steps and chunk < m_pad) else slot
     shape_chunks = lambda a: a[order].reshape((num_chunks, chunk) + a.shape[1:])
     xs = (
@@ -654,9 +654,7 @@ def make_cohort_trainer(
 
     def run_chunk(args):
       ids, chunk_steps, chunk_keys, chunk_aux = args
-      n = counts[ids]
-      idx, mask = jax.vmap(batch_indices)(chunk_keys, n, chunk_steps)
-      flat_idx = offsets[ids][:, None, None] + idx
+      flat_idx, mask = jax.vmap(client_batches)(chunk_keys, ids, chunk_steps)
       flat_idx, mask, chunk_steps_s, chunk_aux = _shard_leading(
         (flat_idx, mask, chunk_steps, chunk_aux), mesh
       )
@@ -688,10 +686,8 @@ def make_cohort_trainer(
 
   @jax.jit
   def train_single(global_params, client_id, key_i, lr, aux_i):
-    n = counts[client_id]
     steps = steps_all[client_id]
-    idx, mask = batch_indices(key_i, n, steps)
-    flat_idx = offsets[client_id] + idx
+    flat_idx, mask = client_batches(key_i, client_id, steps)
     return train_one(global_params, flat_idx, mask, steps, aux_i, lr, steps)
 
   def per_client_loop(global_params, cohort, valid, key, lr, aux) -> CohortResult:
