@@ -53,6 +53,9 @@ HELP = {
   "data_seed": "seed of the data generator / partition",
   "synthetic_alpha": "Synthetic(alpha, beta): model heterogeneity (>= 0)",
   "synthetic_beta": "Synthetic(alpha, beta): input heterogeneity (>= 0)",
+  "synthetic_recipe": "Synthetic generator: fedprox (our draw of FedProx's recipe, 90/10 "
+  "local split) or fedgs (the FedGS paper's exact instance: easyFL's generator, seed 97 + "
+  "data_seed, 75/15/10 train/local-test/global-test split)",
   "partition_alpha": "Dirichlet concentration of the dirichlet partition (> 0)",
   "labels_per_client": "labels per client of the shards partition",
   "num_groups": "groups of the clustered partition",

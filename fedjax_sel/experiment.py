@@ -68,6 +68,7 @@ def default_config() -> ml_collections.ConfigDict:
   c.data_seed = 0
   c.synthetic_alpha = 0.5
   c.synthetic_beta = 0.5
+  c.synthetic_recipe = "fedprox"  # or "fedgs": the FedGS paper's exact instance
   c.partition_alpha = 0.5  # Dirichlet concentration
   c.labels_per_client = 2  # shards partition
   c.num_groups = 5  # clustered partition
@@ -156,6 +157,15 @@ def validate_config(c: ml_collections.ConfigDict) -> None:
   for name in ("client_lr", "server_lr", "synthetic_alpha", "synthetic_beta", "partition_alpha"):
     if not np.isfinite(float(c[name])):
       raise ValueError(f"{name}={c[name]!r} is out of range; allowed: finite numbers")
+  _name("synthetic_recipe", c.synthetic_recipe, list(data.synthetic_lib.RECIPES))
+  if c.dataset == "synthetic" and c.synthetic_recipe == "fedgs":
+    if c.synthetic_alpha != c.synthetic_beta or c.examples_per_client:
+      raise ValueError(
+        "synthetic_recipe='fedgs' (the FedGS paper's instance) has one skewness and its own "
+        f"client sizes; got synthetic_alpha={c.synthetic_alpha!r}, synthetic_beta="
+        f"{c.synthetic_beta!r}, examples_per_client={c.examples_per_client!r} (allowed: "
+        "synthetic_alpha == synthetic_beta, examples_per_client=0)"
+      )
   _name("server_optimizer", c.server_optimizer, list(sim_lib.SERVER_OPTIMIZERS))
   _name("client_optimizer", c.client_optimizer, list(sim_lib.CLIENT_OPTIMIZERS))
   _name("parallelism", c.parallelism, list(engine_lib.PARALLELISM))
@@ -175,6 +185,8 @@ def load_data(c: ml_collections.ConfigDict) -> data.FederatedData:
   kwargs: dict[str, Any] = {}
   if c.dataset == "synthetic":
     kwargs.update(alpha=c.synthetic_alpha, beta=c.synthetic_beta)
+    if c.synthetic_recipe != "fedprox":
+      kwargs["recipe"] = c.synthetic_recipe
   else:
     partition = c.partition or "iid"
     if partition == "dirichlet":

@@ -6,6 +6,7 @@ datasets are read from a local ``data_dir`` without downloading.
 """
 
 from fedjax_sel.data import partitions
+from fedjax_sel.data import synthetic as synthetic_lib
 from fedjax_sel.data.federated import (
   ClientSplit,
   FederatedData,
@@ -48,5 +49,6 @@ __all__ = [
   "split_from_indices",
   "split_from_lists",
   "synthetic",
+  "synthetic_lib",
   "train_test_per_client",
 ]

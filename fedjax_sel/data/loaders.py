@@ -2,11 +2,19 @@
 
 - ``synthetic``: FedProx Synthetic(alpha, beta) with its natural per-client split
   (``partition`` must be None or ``"natural"``; hparams ``alpha``, ``beta``, ``iid``).
-- ``digits`` (scikit-learn, offline) and the TFDS datasets ``mnist``, ``fashion_mnist``,
-  ``cifar10``, ``emnist`` (read from ``data_dir``): the dataset's train split is the pool,
-  partitioned among the clients by ``partition`` (``fedjax_sel.data.partitions``; default
-  ``"iid"``); each client's part is split into local train and test parts; the dataset's
-  test split is the global test set.
+- ``digits`` (scikit-learn, offline), ``mnist`` and ``fashion_mnist`` (their four official
+  IDX files, ``fedjax_sel.data.idx``, or a prepared TFDS dir) and the TFDS datasets
+  ``cifar10``, ``emnist`` (read from ``data_dir``): the dataset's train split is the pool
+  (``load_pool``), partitioned among the clients by ``partition``
+  (``fedjax_sel.data.partitions``; default ``"iid"``); each client's part is split into
+  local train and test parts; the dataset's test split is the global test set.
+
+Where MNIST / Fashion-MNIST come from: with ``data_dir``, its IDX files (in it or in its
+``<dataset>``, Keras or torchvision sub-folder), else the prepared TFDS data in it. Without
+``data_dir``: the IDX files in ``idx.search_dirs`` (``$FEDJAX_SEL_DATA``, Debian's
+``/usr/share/datasets/fashion-mnist``, Keras's and torchvision's caches), else TFDS's
+default dir when it holds the dataset, else one ``DatasetNotFoundError`` naming the files,
+the folders searched and ``apt-get install dataset-fashion-mnist``.
 
 Local split: a client holding n examples keeps ``n_test = round(n * test_fraction)`` of
 them (at least 1 and at most n - 1 when n >= 2 and test_fraction > 0) as its local test
@@ -23,7 +31,7 @@ References: Fraboni et al. 2021 Sec. 6; FedGS (Wang et al. 2023) Sec. 5; FL-FDMS
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -32,7 +40,9 @@ from fedjax_sel.data.partitions import PARTITIONS, make_partition
 
 DATASETS = ("synthetic", "digits", "mnist", "fashion_mnist", "cifar10", "emnist")
 TFDS_NAMES = ("mnist", "fashion_mnist", "cifar10", "emnist")
-SYNTHETIC_HPARAMS = ("alpha", "beta", "iid")
+IDX_NAMES = ("mnist", "fashion_mnist")  # also read from their official IDX files
+REAL_DATASETS = ("digits", *TFDS_NAMES)  # the datasets with a central pool (``load_pool``)
+SYNTHETIC_HPARAMS = ("alpha", "beta", "iid", "recipe")
 DEFAULT_TEST_FRACTION = 0.2
 
 
@@ -133,6 +143,84 @@ def federate(
   )
 
 
+class Pool(NamedTuple):
+  """A centralized dataset: the train split (the pool clients share) and the test split."""
+
+  x: np.ndarray  # f32[n, ...]
+  y: np.ndarray  # i32[n]
+  test_x: np.ndarray  # f32[n_test, ...]
+  test_y: np.ndarray  # i32[n_test]
+  num_classes: int
+
+
+def _tfds_default_has(dataset: str) -> bool:
+  """Whether TFDS's default data dir holds ``dataset`` (checked without importing TFDS)."""
+  from fedjax_sel.data import tfds_loaders
+
+  root = os.environ.get("TFDS_DATA_DIR") or os.path.join("~", "tensorflow_datasets")
+  name = tfds_loaders.TFDS_DATASETS[dataset].tfds_name.split("/")[0]
+  return os.path.isdir(os.path.join(os.path.expanduser(root), name))
+
+
+def _load_tfds_pool(dataset: str, data_dir: str | None) -> Pool:
+  from fedjax_sel.data import tfds_loaders
+
+  x, y = tfds_loaders.load_tfds(dataset, data_dir, "train")
+  tx, ty = tfds_loaders.load_tfds(dataset, data_dir, "test")
+  return Pool(x, y, tx, ty, tfds_loaders.num_classes(dataset))
+
+
+def load_pool(dataset: str, data_dir: str | None = None) -> Pool:
+  """The centralized train and test splits of a real dataset, from wherever they are.
+
+  The one place that maps a dataset name to its source: ``load`` partitions this pool, and
+  the paper binaries that build their own partitions (Clustered Sampling, FedEMD) read it
+  here too, so a new source works everywhere at once.
+
+  Args:
+    dataset: one of ``REAL_DATASETS`` (digits, mnist, fashion_mnist, cifar10, emnist).
+    data_dir: a folder holding MNIST / Fashion-MNIST IDX files or prepared TFDS data (must
+      exist); None searches the usual places (see the module docstring). Ignored by digits.
+
+  Returns:
+    Pool(x f32[n, H, W, C] in [0, 1], y i32[n], test_x, test_y, num_classes).
+
+  Raises:
+    ValueError: unknown dataset. DatasetNotFoundError: the data or its reader is missing.
+    idx.IdxFormatError: an IDX file is malformed.
+  """
+  if not isinstance(dataset, str) or dataset not in REAL_DATASETS:
+    raise ValueError(f"unknown dataset {dataset!r} for a pool; allowed: {', '.join(REAL_DATASETS)}")
+  if dataset == "digits":
+    from fedjax_sel.data.digits import NUM_CLASSES, load_digits
+
+    return Pool(*load_digits("train"), *load_digits("test"), NUM_CLASSES)
+  if data_dir is not None and not os.path.isdir(os.path.expanduser(str(data_dir))):
+    idx_hint = "the four IDX files or " if dataset in IDX_NAMES else ""
+    raise DatasetNotFoundError(
+      f"data_dir={data_dir!r} does not exist; it must hold {idx_hint}TFDS data as "
+      f"<data_dir>/<name>/<version>, e.g. `tfds build {dataset} --data_dir={data_dir}` "
+      "on a machine with internet (`pip install fedjax_sel[tfds]`)"
+    )
+  if dataset not in IDX_NAMES:
+    return _load_tfds_pool(dataset, data_dir)
+  from fedjax_sel.data import idx
+
+  folder = idx.find_idx_dir(dataset, data_dir)
+  if folder is not None:
+    (x, y), (tx, ty) = idx.load_idx(dataset, folder, "train"), idx.load_idx(dataset, folder, "test")
+    return Pool(x, y, tx, ty, idx.IDX_DATASETS[dataset][0])
+  searched = idx.search_dirs(dataset, data_dir)
+  if data_dir is None and not _tfds_default_has(dataset):
+    raise DatasetNotFoundError(idx.missing_message(dataset, searched))
+  try:
+    return _load_tfds_pool(dataset, data_dir)
+  except DatasetNotFoundError as err:
+    raise DatasetNotFoundError(
+      f"{idx.missing_message(dataset, searched)}; nor could TFDS read it: {err}"
+    ) from None
+
+
 def _describe(dataset: str, partition: str, hparams: dict[str, Any]) -> str:
   shown = {k: v for k, v in hparams.items() if isinstance(v, (int, float, str))}
   args = ",".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in shown.items())
@@ -158,13 +246,14 @@ def load(
     partition: for real datasets a name in ``PARTITIONS`` (None means ``"iid"``); for
       ``synthetic`` None or ``"natural"``.
     seed: seed of the generator / partition / local split.
-    data_dir: the TFDS data directory (TFDS datasets only; must exist; None = TFDS's
-      default). Ignored by ``synthetic`` and ``digits``.
+    data_dir: a folder holding MNIST / Fashion-MNIST's IDX files or prepared TFDS data
+      (must exist); None searches the usual places (module docstring). Ignored by
+      ``synthetic`` and ``digits``.
     examples_per_client: give every client exactly this many training examples when it has
       enough (see the module docstring); None keeps the partition's sizes.
     test_fraction: each client's local test share in [0, 1); None means 0.2 for real
       datasets and the generator's own 0.1 for ``synthetic``.
-    **hparams: ``synthetic``: alpha, beta, iid; otherwise the partition's
+    **hparams: ``synthetic``: alpha, beta, iid, recipe (``fedprox`` or ``fedgs``); otherwise the partition's
       hyper-parameters (e.g. ``alpha`` for dirichlet, ``labels_per_client`` for shards).
 
   Returns:
@@ -173,6 +262,7 @@ def load(
   Raises:
     ValueError: a bad argument (the message names it and the allowed values).
     DatasetNotFoundError: the data (or the package reading it) is missing.
+    idx.IdxFormatError: an IDX file is malformed (the message names it).
   """
   if not isinstance(dataset, str) or dataset not in DATASETS:
     raise ValueError(f"unknown dataset {dataset!r}; allowed: {', '.join(DATASETS)}")
@@ -207,22 +297,7 @@ def load(
     raise ValueError(
       f"unknown partition {partition!r} for dataset {dataset!r}; allowed: {', '.join(PARTITIONS)}"
     )
-  if dataset == "digits":
-    from fedjax_sel.data.digits import NUM_CLASSES, load_digits
-
-    (x, y), (tx, ty), num_classes = load_digits("train"), load_digits("test"), NUM_CLASSES
-  else:
-    from fedjax_sel.data import tfds_loaders
-
-    if data_dir is not None and not os.path.isdir(os.path.expanduser(str(data_dir))):
-      raise DatasetNotFoundError(
-        f"data_dir={data_dir!r} does not exist; it must hold TFDS data as "
-        f"<data_dir>/<name>/<version>, e.g. `tfds build {dataset} --data_dir={data_dir}` "
-        "on a machine with internet (`pip install fedjax_sel[tfds]`)"
-      )
-    x, y = tfds_loaders.load_tfds(dataset, data_dir, "train")
-    tx, ty = tfds_loaders.load_tfds(dataset, data_dir, "test")
-    num_classes = tfds_loaders.num_classes(dataset)
+  x, y, tx, ty, num_classes = load_pool(dataset, data_dir)
   if num_clients > len(y):
     raise ValueError(
       f"num_clients={num_clients} is out of range for {dataset} ({len(y)} pool examples); "

@@ -172,6 +172,11 @@ BAD_INPUTS = [
   (["--availability=trace", "--availability_trace={trace.txt}"], ["allowed: .npy, .csv"]),
   (["--availability=trace", "--availability_trace={twos.npy}"], ["[2, 2, 2, 2, 2]", "0 or 1"]),
   (["--availability=trace", "--availability_trace={flat.npy}"], ["shape (30,)", "[T, N]"]),
+  (["--synthetic_recipe=leaf"], ["unknown synthetic_recipe 'leaf'", "fedprox, fedgs"]),
+  (
+    ["--synthetic_recipe=fedgs", "--synthetic_beta=1.0"],
+    ["synthetic_beta=1.0", "synthetic_alpha == synthetic_beta"],
+  ),
 ]
 
 
