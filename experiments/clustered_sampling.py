@@ -6,8 +6,9 @@ r"""Clustered Sampling (Fraboni et al., ICML 2021): MD vs Algorithm 1 vs Algorit
 Two set-ups (Sec. 6): the unbalanced Dirichlet one (100 clients of 100..1000 samples,
 Dir(alpha) classes, alpha in {0.001, 0.01, 0.1, 10}; Fig. 2 / 6 / 7) and one class per
 client (Fig. 1). Offline the data is scikit-learn's ``digits`` resampled with replacement
-to the paper's client sizes (the paper: CIFAR-10 and MNIST); ``--dataset=mnist`` or
-``cifar10`` with ``--data_dir`` uses the TFDS data instead. Outputs: ``table_dirichlet``
+to the paper's client sizes (the paper: CIFAR-10 and MNIST); ``--dataset=mnist``,
+``fashion_mnist`` (their IDX files, found in the usual places or in ``--data_dir``) or
+``cifar10`` (TFDS, ``--data_dir``) uses real images instead. Outputs: ``table_dirichlet``
 and ``table_one_class`` (final / best test loss and accuracy, mean +- std over seeds),
 ``table_weight_variance`` (per-client aggregation-weight variance of each scheme, measured
 by running the selection alone for many rounds, and the paper's Eq. 14 / 16), loss and
@@ -42,7 +43,11 @@ def define_flags():
   """Defines this binary's flags; returns the ``--config`` holder."""
   common.define_flags()
   flags.DEFINE_string("parts", ",".join(PARTS), f"what to produce, any of {PARTS}")
-  flags.DEFINE_string("dataset", "digits", "digits (offline), mnist or cifar10 (TFDS)")
+  flags.DEFINE_string(
+    "dataset",
+    "digits",
+    "digits (offline), mnist, fashion_mnist (IDX files or TFDS), cifar10, emnist (TFDS)",
+  )
   flags.DEFINE_string("alphas", "", "subset of the Dirichlet alphas ('' = the paper's)")
   flags.DEFINE_string("methods", "", "subset of the methods ('' = all)")
   return config_flags.DEFINE_config_file(
@@ -54,16 +59,8 @@ def define_flags():
 
 
 def pool(dataset: str, data_dir: str = "") -> tuple[np.ndarray, ...]:
-  """(x, y, test_x, test_y, num_classes) of a centralized dataset."""
-  if dataset == "digits":
-    from fedjax_sel.data.digits import NUM_CLASSES, load_digits
-
-    return (*load_digits("train"), *load_digits("test"), NUM_CLASSES)
-  from fedjax_sel.data import tfds_loaders
-
-  x, y = tfds_loaders.load_tfds(dataset, data_dir or None, "train")
-  tx, ty = tfds_loaders.load_tfds(dataset, data_dir or None, "test")
-  return x, y, tx, ty, tfds_loaders.num_classes(dataset)
+  """(x, y, test_x, test_y, num_classes) of a centralized dataset (``loaders.load_pool``)."""
+  return tuple(loaders.load_pool(dataset, data_dir or None))
 
 
 def resample(x: np.ndarray, y: np.ndarray, size: int, seed: int) -> tuple[np.ndarray, ...]:
@@ -495,8 +492,8 @@ def main(argv):
   bad = sorted(set(methods) - set(cfg.methods.keys()))
   if bad:
     raise app.UsageError(f"unknown methods {bad}; allowed: {', '.join(cfg.methods.keys())}")
-  if f.dataset not in ("digits", "mnist", "cifar10"):
-    raise app.UsageError(f"--dataset={f.dataset!r}; allowed: digits, mnist, cifar10")
+  if f.dataset not in loaders.REAL_DATASETS:
+    raise app.UsageError(f"--dataset={f.dataset!r}; allowed: {', '.join(loaders.REAL_DATASETS)}")
   alphas = [float(s) for s in f.alphas.split(",") if s]
   seeds = common.parse_seeds(f.seeds)
   if f.quick and not f["seeds"].present:

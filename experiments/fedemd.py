@@ -39,6 +39,7 @@ from ml_collections import config_flags
 
 from experiments import common
 from fedjax_sel import experiment
+from fedjax_sel.data import loaders
 from fedjax_sel.data.federated import FederatedData, split_from_indices
 from fedjax_sel.data.loaders import num_local_test
 from fedjax_sel.metrics import results
@@ -117,17 +118,8 @@ def maverick_partition(
 
 
 def load_pool(dataset: str, data_dir: str):
-  """``(x, y, test_x, test_y, num_classes)`` of ``digits`` or a TFDS dataset."""
-  if dataset == "digits":
-    from fedjax_sel.data.digits import NUM_CLASSES, load_digits
-
-    (x, y), (tx, ty) = load_digits("train"), load_digits("test")
-    return x, y, tx, ty, NUM_CLASSES
-  from fedjax_sel.data import tfds_loaders
-
-  x, y = tfds_loaders.load_tfds(dataset, data_dir or None, "train")
-  tx, ty = tfds_loaders.load_tfds(dataset, data_dir or None, "test")
-  return x, y, tx, ty, tfds_loaders.num_classes(dataset)
+  """``(x, y, test_x, test_y, num_classes)`` of a real dataset (``loaders.load_pool``)."""
+  return tuple(loaders.load_pool(dataset, data_dir or None))
 
 
 def maverick_data(config: ml_collections.ConfigDict, scenario: str, pool=None) -> FederatedData:
