@@ -44,6 +44,8 @@ from fedjax_sel.similarity.sketch import sketch as sketch_updates
 
 SERVER_OPTIMIZERS = ("sgd", "momentum", "adam", "yogi", "adagrad")
 CLIENT_OPTIMIZERS = ("sgd", "momentum")
+LR_SCHEDULES = ("exponential", "step")
+DEFAULT_CLIENT_MOMENTUM = 0.9  # what client_optimizer="momentum" means with client_momentum=0
 
 
 @flax.struct.dataclass
@@ -77,6 +79,10 @@ class SimulationConfig(NamedTuple):
   lr_decay: float = 1.0  # client lr at round t = client_lr * lr_decay ** t
   client_optimizer: str = "sgd"
   client_momentum: float = 0.0
+  client_weight_decay: float = 0.0  # coupled L2 (PyTorch SGD's weight_decay)
+  lr_schedule: str = "exponential"  # or "step": client_lr * lr_step_gamma ** (t // lr_step_size)
+  lr_step_size: int = 0  # rounds per step (>= 1 with lr_schedule="step")
+  lr_step_gamma: float = 0.1
   server_optimizer: str = "sgd"
   server_lr: float = 1.0
   server_momentum: float = 0.9
@@ -102,13 +108,66 @@ def make_server_optimizer(name: str, lr: float, momentum: float = 0.9):
   raise ValueError(f"server_optimizer={name!r}; allowed: {', '.join(SERVER_OPTIMIZERS)}")
 
 
-def make_client_optimizer(name: str, momentum: float = 0.0):
+def make_client_optimizer(name: str, momentum: float = 0.0, weight_decay: float = 0.0):
+  """``lr -> optax.GradientTransformation``: a client's local SGD, as PyTorch's ``SGD``.
+
+  Args:
+    name: ``"sgd"`` or ``"momentum"`` (``"momentum"`` with ``momentum=0`` means 0.9, the
+      meaning it had before ``momentum`` was a value).
+    momentum: heavy-ball momentum mu in [0, 1) (``torch.optim.SGD(momentum=mu)``,
+      dampening 0, not Nesterov: ``b <- mu b + g``, ``p <- p - lr b``); 0 = none.
+    weight_decay: coupled L2 lambda >= 0 (``torch.optim.SGD(weight_decay=lambda)``):
+      ``g <- g + lambda p`` before momentum, i.e. ``optax.add_decayed_weights`` chained
+      before ``optax.sgd``; not AdamW-style decoupled decay.
+
+  The optimizer state (momentum buffer) starts from zero for every client every round.
+  """
   if name not in CLIENT_OPTIMIZERS:
     raise ValueError(f"client_optimizer={name!r}; allowed: {', '.join(CLIENT_OPTIMIZERS)}")
   check_range("client_momentum", momentum, 0.0, 1.0, high_inclusive=False)
-  if name == "sgd" and momentum == 0.0:
-    return lambda lr: optax.sgd(lr)
-  return lambda lr: optax.sgd(lr, momentum=momentum or 0.9)
+  check_range("client_weight_decay", weight_decay, 0.0)
+  if not np.isfinite(float(weight_decay)):
+    raise ValueError(f"client_weight_decay={weight_decay!r} is out of range; allowed: [0, inf)")
+  mu = float(momentum) or (DEFAULT_CLIENT_MOMENTUM if name == "momentum" else 0.0)
+  wd = float(weight_decay)
+
+  def make(lr):
+    sgd = optax.sgd(lr, momentum=mu) if mu else optax.sgd(lr)
+    return optax.chain(optax.add_decayed_weights(wd), sgd) if wd else sgd
+
+  return make
+
+
+def make_client_lr_schedule(
+  client_lr: float,
+  schedule: str = "exponential",
+  lr_decay: float = 1.0,
+  step_size: int = 0,
+  step_gamma: float = 0.1,
+):
+  """The client learning rate as a function of the round index t (an optax-style schedule).
+
+  ``exponential``: ``client_lr * lr_decay ** t`` (FedGS, FedProx). ``step``:
+  ``client_lr * step_gamma ** floor(t / step_size)`` (PyTorch ``StepLR``, FedEMD), i.e.
+  ``optax.exponential_decay(client_lr, step_size, step_gamma, staircase=True)``. t counts
+  rounds (0 = the first); every client of a round trains with the same lr.
+  """
+  check_range("client_lr", client_lr, 0.0, low_inclusive=False)
+  if schedule not in LR_SCHEDULES:
+    raise ValueError(f"lr_schedule={schedule!r}; allowed: {', '.join(LR_SCHEDULES)}")
+  if schedule == "exponential":
+    check_range("lr_decay", lr_decay, 0.0, 1.0, low_inclusive=False)
+    return lambda t: client_lr * jnp.power(lr_decay, jnp.asarray(t).astype(jnp.float32))
+  if isinstance(step_size, bool) or not isinstance(step_size, (int, np.integer)) or step_size < 1:
+    raise ValueError(
+      f"lr_step_size={step_size!r} is out of range; allowed: integers >= 1 (rounds per step "
+      "of lr_schedule='step')"
+    )
+  check_range("lr_step_gamma", step_gamma, 0.0, 1.0, low_inclusive=False)
+  step_size = int(step_size)
+  return lambda t: (
+    client_lr * jnp.power(step_gamma, (jnp.asarray(t) // step_size).astype(jnp.float32))
+  )
 
 
 class Simulation:
@@ -128,8 +187,13 @@ class Simulation:
     client_update: ClientUpdate,
     config: SimulationConfig = SimulationConfig(),
   ):
-    check_range("client_lr", config.client_lr, 0.0, low_inclusive=False)
-    check_range("lr_decay", config.lr_decay, 0.0, 1.0, low_inclusive=False)
+    self._client_lr = make_client_lr_schedule(
+      config.client_lr,
+      config.lr_schedule,
+      config.lr_decay,
+      config.lr_step_size,
+      config.lr_step_gamma,
+    )
     check_range("sketch_dim", config.sketch_dim, 1)
     num_clients = data.num_clients
     num_selected = int(selection.num_selected)
@@ -158,7 +222,9 @@ class Simulation:
     self.trainer = engine_lib.make_cohort_trainer(
       model.apply,
       client_update,
-      make_client_optimizer(config.client_optimizer, config.client_momentum),
+      make_client_optimizer(
+        config.client_optimizer, config.client_momentum, config.client_weight_decay
+      ),
       self.train_x,
       self.train_y,
       train.offsets,
@@ -233,14 +299,19 @@ class Simulation:
   # ---------------------------------------------------------------- pieces
   def _client_losses(self, params, ids):
     """Global model's mean loss on up to ``loss_examples`` of each listed client."""
-    num = self.config.loss_examples
-    n = self._counts[ids]
-    j = jnp.arange(num)
-    idx = self._offsets[ids][:, None] + jnp.minimum(j[None], jnp.maximum(n[:, None] - 1, 0))
-    mask = (j[None] < n[:, None]).astype(jnp.float32)
-    logits = jax.vmap(self.model.apply, in_axes=(None, 0))(params, self.train_x[idx])
-    loss = optax.softmax_cross_entropy_with_integer_labels(logits, self.train_y[idx])
-    return jnp.sum(loss * mask, -1) / jnp.maximum(jnp.sum(mask, -1), 1.0)
+    return _mean_client_losses(
+      self.model.apply, params, ids, self.train_x, self.train_y, self._offsets, self._counts,
+      self.config.loss_examples,
+    )
+
+  def _client_test_losses(self, params, ids):
+    """Global model's mean loss on each listed client's whole local test split."""
+    test = self.data.test
+    width = max(int(np.max(test.counts, initial=0)), 1)
+    return _mean_client_losses(
+      self.model.apply, params, ids, jnp.asarray(test.x), jnp.asarray(test.y),
+      jnp.asarray(test.offsets, jnp.int32), jnp.asarray(test.counts, jnp.int32), width,
+    )
 
   def _eval_value(self, params):
     return self.global_eval(params)[1]
@@ -256,10 +327,11 @@ class Simulation:
       num_examples=self.info.num_examples,
       eval_value=self._eval_value,
       round=state.round,
+      client_test_losses=functools.partial(self._client_test_losses, state.params),
     )
 
   def client_lr(self, t):
-    return self.config.client_lr * jnp.power(self.config.lr_decay, t.astype(jnp.float32))
+    return self._client_lr(t)
 
   # ---------------------------------------------------------------- one round
   def _round_step(self, state: RoundState) -> tuple[RoundState, dict]:
@@ -372,6 +444,17 @@ class Simulation:
     out["nonfinite_updates"] = state.nonfinite_updates
     out["empty_rounds"] = state.empty_rounds
     return out
+
+
+def _mean_client_losses(apply, params, ids, x, y, offsets, counts, width):
+  """f32[K]: mean loss of ``params`` on the first ``width`` examples of each client in ids."""
+  n = counts[ids]
+  j = jnp.arange(width)
+  idx = offsets[ids][:, None] + jnp.minimum(j[None], jnp.maximum(n[:, None] - 1, 0))
+  mask = (j[None] < n[:, None]).astype(jnp.float32)
+  logits = jax.vmap(apply, in_axes=(None, 0))(params, x[idx])
+  loss = optax.softmax_cross_entropy_with_integer_labels(logits, y[idx])
+  return jnp.sum(loss * mask, -1) / jnp.maximum(jnp.sum(mask, -1), 1.0)
 
 
 def _all_finite_per_slot(deltas) -> jax.Array:

@@ -77,6 +77,9 @@ class SelectionContext(NamedTuple):
       validation set (the global test set in our experiments); used by the Shapley
       baseline. Only traced when called.
     round: i32[], the round index t.
+    client_test_losses: ``fn(client_ids: i32[K]) -> f32[K]``, the global model's mean loss
+      on each listed client's whole local test split (the FedGS authors' Power-of-Choice
+      asks for the loss on the clients' validation data); None where not provided.
   """
 
   params: Params
@@ -88,6 +91,7 @@ class SelectionContext(NamedTuple):
   num_examples: Array
   eval_value: Callable[[Params], Array]
   round: Array
+  client_test_losses: Callable[[Array], Array] | None = None
 
 
 class AvailabilityModel(NamedTuple):

@@ -42,3 +42,33 @@ def test_candidate_set_of_m_plus_one_drops_lowest_loss():
 def test_rejects_d_below_num_selected():
   with pytest.raises(ValueError, match="d="):
     selection.make("power_of_choice", num_selected=4, d=3)
+
+
+def test_fedgs_code_protocol_local_test_losses_and_equal_weights():
+  """loss_split='local_test' ranks by ctx.client_test_losses (here the reverse order of the
+  training losses), weights='equal' gives 1/3 each; the defaults keep n_k / sum n."""
+  info = make_info()
+  train_losses = fixed_losses()
+  test_losses = 2.0 - train_losses  # ranks reversed: the lowest training losses lead
+  ctx = make_ctx(info)._replace(client_test_losses=lambda ids: test_losses[ids])
+  avail = jnp.ones(12, bool)
+  key = jax.random.PRNGKey(0)
+  paper = selection.make(
+    "power_of_choice", num_selected=3, loss_split="local_test", weights="equal"
+  )
+  sel, _ = paper.select(paper.init(key, info), key, avail, 0, ctx)
+  # loss[i] = ((7 i) mod 12) / 12 + 0.1 is lowest for i = 0 (0), 7 (1/12), 2 (2/12).
+  np.testing.assert_array_equal(np.asarray(sel.cohort), [0, 7, 2])
+  np.testing.assert_allclose(np.asarray(sel.weights), [1 / 3] * 3, rtol=1e-6)
+  ours = selection.make("power_of_choice", num_selected=3)
+  sel, _ = ours.select(ours.init(key, info), key, avail, 0, ctx)
+  np.testing.assert_array_equal(np.asarray(sel.cohort), [5, 10, 3])
+  n = np.asarray(info.num_examples)[[5, 10, 3]].astype(np.float64)
+  np.testing.assert_allclose(np.asarray(sel.weights), n / n.sum(), rtol=1e-6)
+
+
+def test_rejects_unknown_protocol_options():
+  with pytest.raises(ValueError, match="loss_split='valid'.*train, local_test"):
+    selection.make("power_of_choice", num_selected=3, loss_split="valid")
+  with pytest.raises(ValueError, match="weights='uniform'.*fedavg, equal"):
+    selection.make("power_of_choice", num_selected=3, weights="uniform")
