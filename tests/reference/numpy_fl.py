@@ -162,20 +162,21 @@ def fedavg(deltas, weights, valid, received):
 
 class MIFA:
   """MIFA (Gu et al. 2021, Alg. 1): G_i <- the update received from i, kept otherwise;
-  update = (1/N) sum_i G_i."""
+  update = (1/N) sum_i G_i, or sum_i q_i G_i / sum_i q_i with client weights q (``sizes``)."""
 
-  def __init__(self, params, num_clients):
+  def __init__(self, params, num_clients, sizes=None):
     self.memory = [zeros_like(params) for _ in range(num_clients)]
+    self.q = [1.0] * num_clients if sizes is None else [float(v) for v in sizes]
 
   def __call__(self, deltas, cohort, received, t):
     del t
     for m, d in enumerate(deltas):
       if received[m]:
         self.memory[cohort[m]] = d
-    n = len(self.memory)
+    total = sum(self.q)
     out = zeros_like(self.memory[0])
-    for g in self.memory:
-      out = tmap(lambda o, g_: o + g_ / n, out, g)
+    for q, g in zip(self.q, self.memory):
+      out = tmap(lambda o, g_, c=q / total: o + c * g_, out, g)
     return out
 
 
@@ -183,10 +184,12 @@ class FedAR:
   """FedAR (Jiang et al.), Eq. (4)-(7), convex cutoff g(t) = t0 + t / b, the paper's t being
   1-based (our round index + 1): tau_i = 0 if i's update arrived, tau_i + 1 otherwise;
   psi_i = 0 if tau_i >= g(t) else min((tau_i + 1)^rho, psi_max); N_t = the clients ever seen
-  with psi > 0; update = (1 / N_t) sum_i psi_i G_i."""
+  with psi > 0; update = (1 / N_t) sum_i psi_i G_i. With client weights q (``sizes``):
+  N_t = sum of q_i over those clients and every term is weighted by q_i."""
 
-  def __init__(self, params, num_clients, rho, t0, b, psi_max):
+  def __init__(self, params, num_clients, rho, t0, b, psi_max, sizes=None):
     self.memory = [zeros_like(params) for _ in range(num_clients)]
+    self.q = [1.0] * num_clients if sizes is None else [float(v) for v in sizes]
     self.tau = [0] * num_clients
     self.seen = [False] * num_clients
     self.rho, self.t0, self.b, self.psi_max = rho, t0, b, psi_max
@@ -209,9 +212,11 @@ class FedAR:
     psi = [self.psi(self.tau[i], t + 1) for i in range(len(self.tau))]
     self.last_psi = psi
     contributing = [i for i in range(len(psi)) if self.seen[i] and psi[i] > 0]
+    self.num_contributing = sum(self.q[i] for i in contributing)
     out = zeros_like(self.memory[0])
     for i in contributing:
-      out = tmap(lambda o, g, c=psi[i] / len(contributing): o + c * g, out, self.memory[i])
+      c = psi[i] * self.q[i] / self.num_contributing
+      out = tmap(lambda o, g, c=c: o + c * g, out, self.memory[i])
     return out
 
 
