@@ -1,0 +1,230 @@
+"""Every metric's value on hand-computed cases: evaluation, ``Simulation.evaluate``,
+metrics.jsonl and summary.json (values, not directions)."""
+
+import json
+import math
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import test_reference_round as rr
+from reference import numpy_fl as ref
+
+from fedjax_sel import experiment
+from fedjax_sel.core import evaluation
+
+# ---------------------------------------------------------------- the accuracy distribution
+
+
+@pytest.mark.parametrize(
+  "num_with_data,tail",
+  [(1, 1), (9, 1), (10, 1), (11, 2), (17, 2), (20, 2), (21, 3)],
+)
+def test_accuracy_distribution_by_hand(num_with_data, tail):
+  """Mean, variance (population), worst / best 10 % = mean of the ceil(0.1 k) lowest /
+  highest accuracies among the k clients with data; clients without data are ignored."""
+  n = 24
+  rng = np.random.default_rng(num_with_data)
+  acc = rng.permutation(np.linspace(0.02, 0.98, n) ** 1.5)  # distinct, unsorted
+  has = np.zeros(n, bool)
+  has[rng.permutation(n)[:num_with_data]] = True
+  kept = np.sort(acc[has])
+  got = {k: float(v) for k, v in evaluation.accuracy_distribution(acc, has).items()}
+  names = ("client_acc_mean", "client_acc_var", "client_acc_worst10", "client_acc_best10")
+  assert set(got) == set(names)
+  assert tail == math.ceil(0.1 * num_with_data - 1e-9)
+  np.testing.assert_allclose(got["client_acc_mean"], kept.mean(), rtol=1e-6)
+  np.testing.assert_allclose(got["client_acc_var"], kept.var(), rtol=1e-5, atol=1e-8)
+  np.testing.assert_allclose(got["client_acc_worst10"], kept[:tail].mean(), rtol=1e-6)
+  np.testing.assert_allclose(got["client_acc_best10"], kept[-tail:].mean(), rtol=1e-6)
+
+
+def test_accuracy_distribution_small_hand_case():
+  # k = 12 clients with data (two without): tail = ceil(1.2) = 2.
+  acc = [0.5, 0.9, 0.1, 0.0, 1.0, 0.3, 0.7, 0.2, 0.6, 0.8, 0.4, 0.95, 0.05, 0.99]
+  has = [1] * 12 + [0, 0]
+  got = evaluation.accuracy_distribution(jnp.asarray(acc), jnp.asarray(has, bool))
+  assert float(got["client_acc_worst10"]) == pytest.approx((0.0 + 0.1) / 2)
+  assert float(got["client_acc_best10"]) == pytest.approx((1.0 + 0.95) / 2)
+  assert float(got["client_acc_mean"]) == pytest.approx(6.45 / 12)
+  mean = 6.45 / 12
+  var = sum((a - mean) ** 2 for a in acc[:12]) / 12
+  assert float(got["client_acc_var"]) == pytest.approx(var, rel=1e-5)
+
+
+# ---------------------------------------------------------------- evaluation functions
+
+
+def constant_class_params(bias):
+  """Logistic regression that ignores x: logits = bias for every example."""
+  return {
+    "Dense_0": {"kernel": jnp.zeros((rr.DIM, rr.CLASSES)), "bias": jnp.asarray(bias, jnp.float32)}
+  }
+
+
+def test_global_and_per_client_eval_by_hand():
+  """Logits [0, 1, 0] everywhere: the prediction is class 1; an example of class y has loss
+  log(2 + e) - [y == 1]."""
+  data = rr.make_data()
+  params = constant_class_params([0.0, 1.0, 0.0])
+  lse = math.log(2 + math.e)
+  y = data.test_y
+  apply = lambda p, x: x @ p["Dense_0"]["kernel"] + p["Dense_0"]["bias"]
+  # chunks of 5 over 12 examples: the padded tail must not count
+  loss, acc = evaluation.make_global_eval(apply, data.test_x, y, chunk=5)(params)
+  assert float(acc) == pytest.approx(np.mean(y == 1))
+  assert float(loss) == pytest.approx(np.mean(lse - (y == 1)), rel=1e-6)
+  split = data.test
+  loss_k, acc_k, has = evaluation.make_per_client_eval(apply, split.x, split.y, split.counts, 5)(
+    params
+  )
+  for k in range(split.num_clients):
+    _, yk = split.client(k)
+    assert float(acc_k[k]) == pytest.approx(np.mean(yk == 1))
+    assert float(loss_k[k]) == pytest.approx(np.mean(lse - (yk == 1)), rel=1e-6)
+  assert bool(np.all(has))
+
+
+def test_simulation_evaluate_by_hand():
+  sim = rr.make_sim(parallelism="vmap")
+  state = sim.init(seed=0)
+  counts = np.array([3, 0, 1, 4, 2, 2], np.int32)
+  state = state.replace(
+    params=constant_class_params([0.0, 1.0, 0.0]),
+    sampling_counts=jnp.asarray(counts),
+    useful_steps=jnp.float32(30.0),
+    executed_steps=jnp.float32(48.0),
+    nonfinite_updates=jnp.int32(2),
+    empty_rounds=jnp.int32(1),
+  )
+  got = {k: float(v) for k, v in sim.evaluate(state).items()}
+  data = sim.data
+  per_client = np.array([np.mean(data.test.client(k)[1] == 1) for k in range(len(counts))])
+  lse = math.log(2 + math.e)
+  want = {
+    "test_loss": np.mean(lse - (data.test_y == 1)),
+    "test_accuracy": np.mean(data.test_y == 1),
+    "client_acc_mean": per_client.mean(),
+    "client_acc_var": per_client.var(),
+    "client_acc_worst10": np.sort(per_client)[0],  # 6 clients: ceil(0.6) = 1
+    "client_acc_best10": np.sort(per_client)[-1],
+    "sampling_count_mean": 2.0,
+    "sampling_count_var": np.var(counts),
+    "useful_step_fraction": 30 / 48,
+    "nonfinite_updates": 2,
+    "empty_rounds": 1,
+  }
+  assert set(got) == set(want)
+  for k, v in want.items():
+    assert got[k] == pytest.approx(v, rel=1e-5, abs=1e-7), k
+
+
+# ---------------------------------------------------------------- the result files
+
+
+def test_metrics_jsonl_and_summary_values(tmp_path):
+  """Three rounds evaluated after rounds 2 and 3, against the numpy reference run and hand
+  counts of the schedule in test_reference_round."""
+  batch, epochs = 5, 1
+  sim = rr.make_sim(batch=batch, epochs=epochs, parallelism="vmap")
+  c = experiment.default_config()
+  c.rounds, c.eval_every, c.seed = 3, 2, 3
+  out = tmp_path / "run"
+  summary = experiment.run(c, str(out), simulation=sim, write_plots=False)
+  history = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+  assert json.loads((out / "summary.json").read_text()) == json.loads(json.dumps(summary))
+
+  # the reference: params after rounds 2 and 3
+  state0 = sim.init(seed=3)
+  params0 = ref.to_numpy(state0.params)
+  weights = rr.weights_table(True)
+  ref_params, records = {}, None
+  for rounds in (2, 3):
+    ref_params[rounds], records = ref.run_rounds(
+      params0,
+      state0.key,
+      sim.data.train.x,
+      sim.data.train.y,
+      sim.data.train.offsets,
+      sim.data.train.counts,
+      rr.schedule(weights),
+      lambda d, c_, v, w, r, t: ref.fedavg(d, w, v, r),
+      rounds=rounds,
+      batch=batch,
+      epochs=epochs,
+      client_lr=0.3,
+      lr_decay=0.9,
+      server_lr=0.5,
+    )
+
+  data = sim.data
+  steps = epochs * np.ceil(rr.SIZES / batch)  # local steps per client
+  valid_steps = [steps[rr.COHORTS[t]][rr.VALID[t]] for t in range(3)]
+  useful = np.cumsum([s.sum() for s in valid_steps])
+  executed = np.cumsum([3 * s.max() for s in valid_steps])  # vmap: M slots x longest
+  sampled = np.zeros(len(rr.SIZES), int)
+  counts_after = {}
+  for t in range(3):
+    np.add.at(sampled, rr.COHORTS[t][rr.VALID[t]], 1)
+    counts_after[t + 1] = sampled.copy()
+
+  blocks = {2: [0, 1], 3: [2]}
+  assert [r["round"] for r in history] == [2, 3]
+  for rec in history:
+    t = rec["round"]
+    p = ref_params[t]
+    logits = ref.predict(p, data.test_x.astype(np.float64))
+    z = logits - logits.max(1, keepdims=True)
+    logp = z - np.log(np.exp(z).sum(1, keepdims=True))
+    correct = logits.argmax(1) == data.test_y
+    acc_k = np.array(
+      [correct[o : o + n].mean() for o, n in zip(data.test.offsets, data.test.counts)]
+    )
+    want = {
+      "test_loss": -logp[np.arange(len(data.test_y)), data.test_y].mean(),
+      "test_accuracy": correct.mean(),
+      "train_loss": np.mean([records[i]["train_loss"] for i in blocks[t]]),
+      "num_available_mean": np.mean([rr.AVAIL[i].sum() for i in blocks[t]]),
+      "num_selected_mean": np.mean([rr.VALID[i].sum() for i in blocks[t]]),
+      "client_acc_mean": acc_k.mean(),
+      "client_acc_var": acc_k.var(),
+      "client_acc_worst10": np.sort(acc_k)[0],
+      "client_acc_best10": np.sort(acc_k)[-1],
+      "sampling_count_mean": counts_after[t].mean(),
+      "sampling_count_var": counts_after[t].var(),
+      "useful_step_fraction": useful[t - 1] / executed[t - 1],
+      "nonfinite_updates": 0,
+      "empty_rounds": 0,
+    }
+    assert set(rec) == set(want) | {"round", "seconds"}
+    for k, v in want.items():
+      assert rec[k] == pytest.approx(v, rel=1e-5, abs=1e-6), (t, k)
+  s0, s1 = history[0]["seconds"], history[1]["seconds"]
+  assert 0 < s0 < s1
+  want_summary = {
+    "final_test_loss": history[-1]["test_loss"],
+    "final_test_accuracy": history[-1]["test_accuracy"],
+    "best_test_loss": min(r["test_loss"] for r in history),
+    "best_test_accuracy": max(r["test_accuracy"] for r in history),
+    "rounds": 3,
+    "rounds_planned": 3,
+    "complete": True,
+    "stopped": None,
+    "seconds": s1,
+    "seconds_per_round": s1 / 3,
+    "useful_step_fraction": history[-1]["useful_step_fraction"],
+    "sampling_counts": counts_after[3].tolist(),
+    "nonfinite_updates": 0,
+    "empty_rounds": 0,
+    "skipped_updates": 0,
+    "chunk_size": 3,
+    "parallelism": "chunked",
+    # the first block's time less its 2 rounds at the later blocks' per-round rate
+    "compile_seconds": max(0.0, s0 - 2 * (s1 - s0) / 1),
+  }
+  assert set(summary) == set(want_summary)
+  for k, v in want_summary.items():
+    if isinstance(v, float):
+      assert summary[k] == pytest.approx(v, rel=1e-9), k
+    else:
+      assert summary[k] == v, k
