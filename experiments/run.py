@@ -40,8 +40,16 @@ HELP = {
   "local_epochs": "E passes over the client's data (when --local_steps is 0)",
   "batch_size": "B, local minibatch size",
   "client_lr": "client learning rate (> 0)",
-  "lr_decay": "client lr at round t = client_lr * lr_decay**t, in (0, 1]",
-  "client_optimizer": "sgd or momentum",
+  "lr_decay": "client lr at round t = client_lr * lr_decay**t, in (0, 1] "
+  "(--lr_schedule=exponential)",
+  "client_optimizer": "sgd or momentum (momentum alone means --client_momentum=0.9)",
+  "client_momentum": "client SGD momentum in [0, 1) (PyTorch SGD's; 0 = none)",
+  "client_weight_decay": "client L2 weight decay >= 0, coupled (PyTorch SGD's weight_decay: "
+  "g + wd * params before momentum)",
+  "lr_schedule": "client lr schedule over rounds: exponential (client_lr * lr_decay**t) or "
+  "step (client_lr * lr_step_gamma**(t // lr_step_size), PyTorch StepLR)",
+  "lr_step_size": "rounds per lr step of --lr_schedule=step (>= 1; required there)",
+  "lr_step_gamma": "lr factor per step of --lr_schedule=step, in (0, 1]",
   "server_lr": "server learning rate (> 0); FedAvg is sgd with 1.0",
   "server_optimizer": "sgd (FedAvg), momentum, adam (FedAdam), yogi (FedYogi), adagrad",
   "availability": "client availability model (registry name)",
@@ -60,7 +68,8 @@ HELP = {
   "labels_per_client": "labels per client of the shards partition",
   "num_groups": "groups of the clustered partition",
   "test_fraction": "share of each client's examples kept as its local test set",
-  "data_dir": "TFDS data_dir holding prepared datasets (no download happens)",
+  "data_dir": "folder of MNIST/Fashion-MNIST IDX files or a TFDS data_dir (no download; "
+  "'' = search $FEDJAX_SEL_DATA, /usr/share/datasets, Keras/torchvision caches)",
   "parallelism": "how the cohort trains: auto, vmap, map, chunked, lanes",
   "chunk_size": "clients per chunk (chunked) or lanes per device (lanes); 0 = 8",
   "sketch_dim": "dimension of the random projection of client updates for similarity",

@@ -53,6 +53,11 @@ def default_config() -> ml_collections.ConfigDict:
   c.client_lr = 0.1
   c.lr_decay = 0.998
   c.client_optimizer = "sgd"
+  c.client_momentum = 0.0  # 0 = none (client_optimizer="momentum" alone means 0.9)
+  c.client_weight_decay = 0.0  # coupled L2, as PyTorch SGD's weight_decay
+  c.lr_schedule = "exponential"  # client_lr * lr_decay**t; or "step" (StepLR)
+  c.lr_step_size = 0  # rounds per step of lr_schedule="step" (required there, >= 1)
+  c.lr_step_gamma = 0.1  # lr factor per step of lr_schedule="step"
   c.server_lr = 1.0
   c.server_optimizer = "sgd"
   c.availability = "idl"
@@ -168,14 +173,21 @@ def validate_config(c: ml_collections.ConfigDict) -> None:
       )
   _name("server_optimizer", c.server_optimizer, list(sim_lib.SERVER_OPTIMIZERS))
   _name("client_optimizer", c.client_optimizer, list(sim_lib.CLIENT_OPTIMIZERS))
+  _name("lr_schedule", c.lr_schedule, list(sim_lib.LR_SCHEDULES))
+  _integer("lr_step_size", c.lr_step_size, 0)
+  check_range("lr_step_gamma", c.lr_step_gamma, 0.0, 1.0, low_inclusive=False)
+  sim_lib.make_client_optimizer(c.client_optimizer, c.client_momentum, c.client_weight_decay)
+  sim_lib.make_client_lr_schedule(
+    c.client_lr, c.lr_schedule, c.lr_decay, c.lr_step_size, c.lr_step_gamma
+  )
   _name("parallelism", c.parallelism, list(engine_lib.PARALLELISM))
   for part, module in PARTS.items():
     _name(part, c[part], module.names())
-  reads_data_dir = c.dataset not in ("synthetic", "digits")  # the TFDS datasets
+  reads_data_dir = c.dataset not in ("synthetic", "digits")  # the IDX / TFDS datasets
   if reads_data_dir and c.data_dir and not os.path.isdir(os.path.expanduser(str(c.data_dir))):
     raise ValueError(
-      f"data_dir={c.data_dir!r} is not a folder; give the TFDS data_dir holding the "
-      "prepared dataset (see README, 'Data')"
+      f"data_dir={c.data_dir!r} is not a folder; give a folder holding the four IDX files "
+      "(MNIST, Fashion-MNIST) or a TFDS data_dir with the prepared dataset (see README, 'Data')"
     )
   if c.output_dir and os.path.exists(c.output_dir) and not os.path.isdir(c.output_dir):
     raise ValueError(f"output_dir={c.output_dir!r} is a file; allowed: a folder (new or existing)")
@@ -243,6 +255,11 @@ def build(c: ml_collections.ConfigDict, dataset: data.FederatedData | None = Non
     client_lr=c.client_lr,
     lr_decay=c.lr_decay,
     client_optimizer=c.client_optimizer,
+    client_momentum=c.client_momentum,
+    client_weight_decay=c.client_weight_decay,
+    lr_schedule=c.lr_schedule,
+    lr_step_size=c.lr_step_size,
+    lr_step_gamma=c.lr_step_gamma,
     server_optimizer=c.server_optimizer,
     server_lr=c.server_lr,
     sketch_dim=c.sketch_dim,
@@ -342,7 +359,9 @@ def _fingerprint(c: ml_collections.ConfigDict) -> dict:
 def _check_same_config(saved: dict | None, now: dict, output_dir: str) -> None:
   if saved is None:
     return
-  diff = sorted(k for k in set(saved) | set(now) if saved.get(k) != now.get(k))
+  # a field missing from an older checkpoint ran with that field's default
+  defaults = _fingerprint(default_config())
+  diff = sorted(k for k in set(saved) | set(now) if saved.get(k, defaults.get(k)) != now.get(k))
   if diff:
     changes = ", ".join(f"{k}: {saved.get(k)!r} -> {now.get(k)!r}" for k in diff)
     raise ConfigError(
