@@ -95,6 +95,9 @@ class SimulationConfig(NamedTuple):
 
 def make_server_optimizer(name: str, lr: float, momentum: float = 0.9):
   check_range("server_lr", lr, 0.0, low_inclusive=False)
+  if not np.isfinite(float(lr)):
+    raise ValueError(f"server_lr={lr!r} is out of range; allowed: finite numbers > 0")
+  check_range("server_momentum", momentum, 0.0, 1.0, high_inclusive=False)
   if name == "sgd":
     return optax.sgd(lr)
   if name == "momentum":
@@ -153,6 +156,8 @@ def make_client_lr_schedule(
   rounds (0 = the first); every client of a round trains with the same lr.
   """
   check_range("client_lr", client_lr, 0.0, low_inclusive=False)
+  if not np.isfinite(float(client_lr)):
+    raise ValueError(f"client_lr={client_lr!r} is out of range; allowed: finite numbers > 0")
   if schedule not in LR_SCHEDULES:
     raise ValueError(f"lr_schedule={schedule!r}; allowed: {', '.join(LR_SCHEDULES)}")
   if schedule == "exponential":
@@ -264,6 +269,9 @@ class Simulation:
       availability_seed: the separate seed of availability draws (defaults to ``seed``),
         so every method in a comparison sees the same active clients each round.
     """
+    for name, value in (("seed", seed), ("availability_seed", availability_seed)):
+      if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value < 0:
+        raise ValueError(f"{name}={value!r} is out of range; allowed: integers >= 0")
     # Raw uint32[2] keys keep the state a plain array pytree (easy to checkpoint).
     key = jax.random.PRNGKey(seed)
     akey = jax.random.PRNGKey(seed if availability_seed is None else availability_seed)

@@ -68,11 +68,69 @@ class FederatedData(NamedTuple):
     return tuple(self.train.x.shape[1:])
 
   def client_info(self) -> ClientInfo:
-    """ClientInfo(num_examples i32[N], label_counts i32[N, C]) of the training split."""
+    """ClientInfo(num_examples i32[N], label_counts i32[N, C]) of the training split.
+
+    Checks the data first (:func:`check_federated_data`): a ``Simulation`` built on a
+    hand-made FederatedData whose offsets or counts do not cover its arrays fails here with
+    a message, not inside JAX."""
+    check_federated_data(self)
     return ClientInfo(
       num_examples=jnp.asarray(self.train.counts, jnp.int32),
       label_counts=jnp.asarray(label_counts(self.train, self.num_classes), jnp.int32),
     )
+
+
+def check_split(split: ClientSplit, name: str, num_classes: int) -> None:
+  """Raises ValueError, naming the split and the bad value, unless the split's clients lie
+  one after another and cover its arrays (``offsets[k] = counts[0] + ... + counts[k-1]``,
+  ``sum(counts) = len(x) = len(y)``, counts >= 0) and its labels are in [0, num_classes)."""
+  offsets, counts = np.asarray(split.offsets), np.asarray(split.counts)
+  if offsets.ndim != 1 or counts.shape != offsets.shape:
+    raise ValueError(
+      f"{name}: offsets of shape {offsets.shape} and counts of shape {counts.shape}; "
+      "allowed: two 1-D integer arrays of length N"
+    )
+  if counts.size and (counts.dtype.kind not in "iu" or offsets.dtype.kind not in "iu"):
+    raise ValueError(
+      f"{name}: offsets/counts of dtype {offsets.dtype}/{counts.dtype}; allowed: integers"
+    )
+  if counts.size and counts.min() < 0:
+    raise ValueError(f"{name}.counts holds {counts.min()}; allowed: counts >= 0")
+  n_x, n_y, total = len(split.x), len(split.y), int(counts.sum())
+  if not n_x == n_y == total:
+    raise ValueError(
+      f"{name}: counts sum to {total} but x holds {n_x} and y {n_y} examples; allowed: "
+      "counts that cover x and y exactly"
+    )
+  expected = np.concatenate([[0], np.cumsum(counts)[:-1]]) if counts.size else counts
+  bad = np.flatnonzero(offsets != expected)
+  if bad.size:
+    k = int(bad[0])
+    raise ValueError(
+      f"{name}.offsets[{k}]={offsets[k]}; allowed: {expected[k]} (clients stored one after "
+      "another: offsets = cumulative counts)"
+    )
+  y = np.asarray(split.y)
+  if y.size and (y.min() < 0 or y.max() >= num_classes):
+    raise ValueError(
+      f"{name}.y holds label {y.min() if y.min() < 0 else y.max()}; allowed: 0 .. "
+      f"num_classes - 1 = {num_classes - 1}"
+    )
+
+
+def check_federated_data(data: FederatedData) -> None:
+  """Raises ValueError naming the bad value unless ``data`` is consistent: both splits pass
+  :func:`check_split` with the same N, and the global test set's x and y have equal lengths
+  and labels in [0, num_classes)."""
+  check_split(data.train, "train", data.num_classes)
+  check_split(data.test, "test", data.num_classes)
+  if data.test.num_clients != data.train.num_clients:
+    raise ValueError(
+      f"test split has {data.test.num_clients} clients, train {data.train.num_clients}; "
+      "allowed: the same N"
+    )
+  test = ClientSplit(data.test_x, data.test_y, np.zeros(1, np.int32), np.array([len(data.test_y)]))
+  check_split(test, "test_x/test_y", data.num_classes)
 
 
 def label_counts(split: ClientSplit, num_classes: int) -> np.ndarray:

@@ -259,6 +259,8 @@ def dirichlet(
   labels = _check_labels(labels)
   num_clients = _check_num_clients(num_clients, len(labels))
   check_range("alpha", alpha, 0.0, low_inclusive=False)
+  if not np.isfinite(float(alpha)):
+    raise ValueError(f"alpha={alpha!r} is out of range; allowed: finite numbers > 0")
   sizes = _resolve_sizes(sizes, len(labels), num_clients)
   classes, inverse = np.unique(labels, return_inverse=True)
   num_classes = len(classes)

@@ -71,6 +71,9 @@ def synthetic(
   """
   check_range("alpha", alpha, 0.0)
   check_range("beta", beta, 0.0)
+  for name, value in (("alpha", alpha), ("beta", beta)):
+    if not np.isfinite(float(value)):
+      raise ValueError(f"{name}={value!r} is out of range; allowed: finite numbers >= 0")
   check_range("num_clients", num_clients, 1)
   if test_fraction is not None:
     check_range("test_fraction", test_fraction, 0.0, 1.0, high_inclusive=False)
