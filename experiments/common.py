@@ -46,15 +46,23 @@ def run_cell(
   seeds: list[int],
   dataset_fn: Callable[[ml_collections.ConfigDict], object] | None = None,
   resume: bool = True,
+  availability_seed_per_seed: bool = False,
 ) -> list[tuple[dict, list[dict]]]:
   """Runs one cell for every seed; returns ``[(summary, metrics history)]`` per seed.
 
-  A finished seed (summary.json with ``complete``) is read back, not rerun.
+  A finished seed (summary.json with ``complete``) is read back, not rerun. With
+  ``availability_seed_per_seed``, seed s draws its availability from the config's
+  ``availability_seed + s`` (a stream of its own, the same for every method of a seed);
+  otherwise every seed shares the config's availability seed.
   """
   out = []
   for seed in seeds:
     c = ml_collections.ConfigDict(config.to_dict())
     c.seed = seed
+    if availability_seed_per_seed:
+      if c.availability_seed < 0:
+        raise ValueError("availability_seed_per_seed needs a config availability_seed >= 0")
+      c.availability_seed = config.availability_seed + seed
     folder = os.path.join(output_dir, f"seed{seed}")
     summary_path = os.path.join(folder, "summary.json")
     if resume and os.path.exists(summary_path):

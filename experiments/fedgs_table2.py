@@ -297,6 +297,7 @@ class Column:
     self.base = base
     self.sizes = spec.sizes if not quick else ""
     self.modes = [m for m in spec.modes.split(",") if m][: 2 if quick else None]
+    self.availability_seed_per_seed = bool(spec.get("availability_seed_per_seed", False))
     self._data = None
 
   @property
@@ -338,7 +339,14 @@ def run_cells(
   out = {}
   for name, c in cells.items():
     folder = os.path.join(output_dir, "cells", name)
-    out[name] = common.run_cell(c, folder, seeds, lambda _c: column.data, resume=resume)
+    out[name] = common.run_cell(
+      c,
+      folder,
+      seeds,
+      lambda _c: column.data,
+      resume=resume,
+      availability_seed_per_seed=column.availability_seed_per_seed,
+    )
     best = [s["best_test_loss"] for s, _ in out[name]]
     logging.info("%s: best test loss %s", name, common.fmt(*common.mean_std(best)))
   return out

@@ -52,6 +52,32 @@ def bernoulli_draw(key: PRNGKey, probs: Array) -> Array:
   return jax.random.uniform(key, probs.shape, jnp.float32) < probs
 
 
+MAX_REDRAWS = 1000
+
+
+def bernoulli_draw_nonempty(key: PRNGKey, probs: Array) -> Array:
+  """``bernoulli_draw`` repeated until at least one client is active.
+
+  The FedGS authors' framework draws every client's activity again while nobody is active,
+  i.e. it samples the Bernoulli vector conditioned on being non-empty. Draw i uses
+  ``fold_in(key, i)`` (draw 0 equals ``bernoulli_draw(fold_in(key, 0), probs)``). Stops after
+  ``MAX_REDRAWS`` draws, or at once when every probability is 0 (an empty set is then
+  certain), returning the last draw.
+  """
+  possible = jnp.any(probs > 0)
+
+  def cond(carry):
+    i, active = carry
+    return possible & ~jnp.any(active) & (i < MAX_REDRAWS)
+
+  def body(carry):
+    i, _ = carry
+    return i + 1, bernoulli_draw(jax.random.fold_in(key, i), probs)
+
+  first = bernoulli_draw(jax.random.fold_in(key, 0), probs)
+  return jax.lax.while_loop(cond, body, (jnp.int32(1), first))[1]
+
+
 def round_index(t: Array | int) -> Array:
   """The round index as an i32[] array (accepts Python ints and traced scalars)."""
   return jnp.asarray(t, jnp.int32)
@@ -86,12 +112,14 @@ def fixed_rate_model(
 def time_varying_model(
   rate_fn: Callable[[PRNGKey, ClientInfo], Array],
   probs_fn: Callable[[Array, Array], Array],
+  redraw_empty: bool = False,
 ) -> AvailabilityModel:
   """A model whose rates depend on a fixed per-client factor and the round index.
 
   Args:
     rate_fn: ``(key, info) -> f32[N]`` (or any array with leading axis N), computed once.
     probs_fn: ``(rate, t) -> f32[N]``, this round's active probabilities.
+    redraw_empty: draw again while no client is active (``bernoulli_draw_nonempty``).
 
   Returns:
     An ``AvailabilityModel`` whose state is ``RateState(rate)``.
@@ -103,8 +131,10 @@ def time_varying_model(
   def probs(state: RateState, t: Array) -> Array:
     return probs_fn(state.rate, round_index(t)).astype(jnp.float32)
 
+  draw = bernoulli_draw_nonempty if redraw_empty else bernoulli_draw
+
   def sample(state: RateState, key: PRNGKey, t: Array) -> tuple[Array, RateState]:
-    return bernoulli_draw(key, probs(state, t)), state
+    return draw(key, probs(state, t)), state
 
   return AvailabilityModel(init=init, probs=probs, sample=sample)
 
