@@ -230,7 +230,10 @@ def define_flags():
     "synthetic, plus the real ones when --data_dir is given",
   )
   flags.DEFINE_string(
-    "methods", "", f"subset of the config's methods ('' = all; --quick: {QUICK_METHODS})"
+    "methods",
+    "",
+    "comma-separated methods of the config ('' = the paper's rows; 'all' = the paper's rows "
+    f"and the config's extra_methods; --quick: {QUICK_METHODS})",
   )
   flags.DEFINE_string("modes", "", "subset of the availability modes ('' = each dataset's)")
   return config_flags.DEFINE_config_file(
@@ -699,11 +702,17 @@ def main(argv):
   if not f.output_dir:
     raise app.UsageError("--output_dir is required")
   cfg = _CONFIG[0].value
-  datasets = split_names(f.datasets, list(cfg.datasets.keys()), "datasets")
-  methods = split_names(f.methods, list(cfg.methods.keys()), "methods")
-  modes = split_names(f.modes, list(cfg.modes.keys()), "modes")
-  parts = split_names(f.parts, PARTS, "parts")
-  seeds = common.parse_seeds(f.seeds)
+  try:
+    datasets = split_names(f.datasets, list(cfg.datasets.keys()), "datasets")
+    text = f.methods
+    if text.strip() == "all":
+      text = cfg.method_order + "," + cfg.get("extra_methods", "")
+    methods = split_names(text, list(cfg.methods.keys()), "methods")
+    modes = split_names(f.modes, list(cfg.modes.keys()), "modes")
+    parts = split_names(f.parts, PARTS, "parts")
+    seeds = common.parse_seeds(f.seeds)
+  except ValueError as e:
+    raise app.UsageError(str(e)) from None
   if f.quick and not f["seeds"].present:
     seeds = seeds[:1]
   tables = run_all(

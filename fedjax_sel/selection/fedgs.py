@@ -40,7 +40,7 @@ from fedjax_sel.core.registry import check_range
 from fedjax_sel.core.types import ClientInfo, Selection, SelectionContext, SelectionStrategy
 from fedjax_sel.selection.common import check_num_selected
 from fedjax_sel.selection.registry import register
-from fedjax_sel.similarity.graph import build_3dg
+from fedjax_sel.similarity.graph import build_3dg, check_kernel
 from fedjax_sel.similarity.measures import (
   cosine,
   functional,
@@ -319,6 +319,7 @@ def make_fedgs(
   min_seen_fraction: float = 1.0,
   rebuild_every: int = 0,
   oracle_features: Any | None = None,
+  kernel: str = "paper",
 ) -> SelectionStrategy:
   """FedGS selection (Wang et al., AAAI 2023).
 
@@ -350,6 +351,10 @@ def make_fedgs(
       cosine/functional 3DG is built.
     rebuild_every: rebuild a cosine/functional 3DG every this many rounds (0 = never).
     oracle_features: optional f32[N, F] oracle features for ``similarity="oracle"``.
+    kernel: 3DG edge kernel, "paper" (exp(-V / sigma2), V >= epsilon) or
+      "reference_code" (exp(-V^2 / sigma2), V > epsilon; the authors' oracle FedGS uses
+      sigma2 = 0.1, epsilon = 0.01 with it). The authors' released protocol is
+      ``scale="reference_code", kernel="reference_code", sigma2=0.1, epsilon=0.01``.
 
   Returns:
     SelectionStrategy (without replacement; uses_updates for cosine/functional).
@@ -369,6 +374,7 @@ def make_fedgs(
     raise ValueError(f"similarity={similarity!r} is not one of {SIMILARITIES}")
   if scale not in SCALES:
     raise ValueError(f"scale={scale!r} is not one of {SCALES}")
+  kernel = check_kernel(kernel)
   num_selected, num_iters, num_restarts = int(num_selected), int(num_iters), int(num_restarts)
   rebuild_every = int(rebuild_every)
   uses_updates = similarity != "oracle"
@@ -381,7 +387,7 @@ def make_fedgs(
         sim = model_parameter_similarity(jnp.asarray(oracle_features), normalize=normalize)
       else:
         sim = label_distribution(info.label_counts, normalize=normalize)
-      distances = build_3dg(sim, sigma2, epsilon).distances
+      distances = build_3dg(sim, sigma2, epsilon, kernel=kernel).distances
       ready = jnp.array(True)
     else:
       distances = jnp.zeros((n, n), jnp.float32)
@@ -398,7 +404,7 @@ def make_fedgs(
 
     def rebuilt(_):
       sim = _similarity_from(features, similarity, normalize)
-      return build_3dg(sim, sigma2, epsilon).distances
+      return build_3dg(sim, sigma2, epsilon, kernel=kernel).distances
 
     distances = jax.lax.cond(build, rebuilt, lambda _: state.distances, None)
     ready = state.graph_ready | build

@@ -35,29 +35,45 @@ class ThreeDG(NamedTuple):
   distances: Array
 
 
-@jax.jit
-def adjacency_3dg(similarity: Array, sigma2: float = 0.01, epsilon: float = 0.1) -> Array:
+KERNELS = ("paper", "reference_code")
+
+
+def check_kernel(kernel: str) -> str:
+  if not isinstance(kernel, str) or kernel not in KERNELS:
+    raise ValueError(f"kernel={kernel!r}; allowed: {', '.join(KERNELS)}")
+  return kernel
+
+
+@partial(jax.jit, static_argnames=("kernel",))
+def adjacency_3dg(
+  similarity: Array, sigma2: float = 0.01, epsilon: float = 0.1, kernel: str = "paper"
+) -> Array:
   """Edge lengths of the 3DG from a similarity matrix (FedGS Sec. 3.2).
 
-  R_ij = 0 if i = j; exp(-V_ij / sigma^2) if V_ij >= epsilon; inf otherwise. Similar
-  clients are joined by short edges; clients less similar than epsilon are not joined.
-  (The authors' code uses exp(-V_ij^2 / sigma) and a strict ``>``; we follow the
-  paper's formula.)
+  ``kernel="paper"``: R_ij = 0 if i = j; exp(-V_ij / sigma^2) if V_ij >= epsilon; inf
+  otherwise. Similar clients are joined by short edges; clients less similar than epsilon
+  are not joined. ``kernel="reference_code"``: what the authors' released code computes,
+  exp(-V_ij^2 / sigma2) if V_ij > epsilon (strictly), inf otherwise; its oracle FedGS
+  builds the graph with that function's defaults, sigma2 = 0.1 and epsilon = 0.01.
 
   Args:
     similarity: f32[N, N], V in [0, 1] (symmetric).
-    sigma2: sigma^2 > 0, the width of the edge-length kernel.
+    sigma2: sigma^2 > 0, the width of the edge-length kernel (the denominator).
     epsilon: similarity threshold below which there is no edge.
+    kernel: "paper" or "reference_code" (static).
 
   Returns:
     f32[N, N].
 
   References:
-    FedGS (Wang et al., AAAI 2023), Sec. 3.2, definition of R.
+    FedGS (Wang et al., AAAI 2023), Sec. 3.2, definition of R; its authors' code.
   """
   n = similarity.shape[0]
   sim = similarity.astype(jnp.float32)
-  r = jnp.where(sim >= epsilon, jnp.exp(-sim / sigma2), jnp.inf)
+  if check_kernel(kernel) == "reference_code":
+    r = jnp.where(sim > epsilon, jnp.exp(-(sim**2) / sigma2), jnp.inf)
+  else:
+    r = jnp.where(sim >= epsilon, jnp.exp(-sim / sigma2), jnp.inf)
   return jnp.where(jnp.eye(n, dtype=bool), 0.0, r)
 
 
@@ -181,9 +197,13 @@ def scaled_adjacency_3dg(similarity: Array, sigma2: float = 0.01, epsilon: float
   return jnp.where(jnp.eye(n, dtype=bool), 0.0, r)
 
 
-@partial(jax.jit, static_argnames=("block_size",))
+@partial(jax.jit, static_argnames=("block_size", "kernel"))
 def build_3dg(
-  similarity: Array, sigma2: float = 0.01, epsilon: float = 0.1, block_size: int = 16
+  similarity: Array,
+  sigma2: float = 0.01,
+  epsilon: float = 0.1,
+  block_size: int = 16,
+  kernel: str = "paper",
 ) -> ThreeDG:
   """Builds the 3DG from a similarity matrix and its normalized shortest paths H.
 
@@ -197,6 +217,8 @@ def build_3dg(
     sigma2: sigma^2 of the edge-length kernel (paper: 0.01 for the oracle 3DG).
     epsilon: edge threshold on V (paper: 0.1 for the oracle 3DG).
     block_size: Floyd-Warshall pivot block (static).
+    kernel: "paper" or "reference_code" (``adjacency_3dg``; static). The reference-code
+      kernel's lengths lie in [exp(-1 / sigma2), 1], so it needs no rescaling.
 
   Returns:
     ThreeDG(adjacency R, distances H).
@@ -204,7 +226,9 @@ def build_3dg(
   References:
     FedGS (Wang et al., AAAI 2023), Sec. 3.2-3.3, Algorithm 1 lines 2-3.
   """
-  adj = adjacency_3dg(similarity, sigma2, epsilon)
+  adj = adjacency_3dg(similarity, sigma2, epsilon, kernel)
+  if kernel == "reference_code":
+    return ThreeDG(adj, normalize_distances(floyd_warshall(adj, block_size)))
   scaled = scaled_adjacency_3dg(similarity, sigma2, epsilon)
   return ThreeDG(adj, normalize_distances(floyd_warshall(scaled, block_size)))
 
