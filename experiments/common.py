@@ -40,6 +40,22 @@ def parse_seeds(text: str) -> list[int]:
   return seeds
 
 
+def seed_config(
+  config: ml_collections.ConfigDict, seed: int, availability_seed_per_seed: bool = False
+) -> ml_collections.ConfigDict:
+  """A copy of ``config`` for one seed (see ``run_cell``)."""
+  c = ml_collections.ConfigDict(config.to_dict())
+  c.seed = seed
+  if availability_seed_per_seed:
+    if config.availability_seed < 0:
+      raise ValueError(
+        f"availability_seed={config.availability_seed} with availability_seed_per_seed; "
+        "allowed: availability_seed >= 0"
+      )
+    c.availability_seed = config.availability_seed + seed
+  return c
+
+
 def run_cell(
   config: ml_collections.ConfigDict,
   output_dir: str,
@@ -57,12 +73,7 @@ def run_cell(
   """
   out = []
   for seed in seeds:
-    c = ml_collections.ConfigDict(config.to_dict())
-    c.seed = seed
-    if availability_seed_per_seed:
-      if c.availability_seed < 0:
-        raise ValueError("availability_seed_per_seed needs a config availability_seed >= 0")
-      c.availability_seed = config.availability_seed + seed
+    c = seed_config(config, seed, availability_seed_per_seed)
     folder = os.path.join(output_dir, f"seed{seed}")
     summary_path = os.path.join(folder, "summary.json")
     if resume and os.path.exists(summary_path):

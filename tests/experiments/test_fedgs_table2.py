@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from experiments import fedgs_table2
+from experiments import common, fedgs_table2
 from experiments.configs import fedgs_table2 as config_lib
 
 
@@ -29,8 +29,24 @@ def test_config_holds_the_papers_settings():
   assert (syn.client_lr, syn.lr_decay, syn.rounds) == (0.1, 0.998, 1000)
   assert (syn.synthetic_alpha, syn.synthetic_beta) == (0.5, 0.5)
   order = cfg.method_order.split(",")
-  assert len(order) == 9 and set(order) == set(cfg.methods.keys())
+  extra = cfg.extra_methods.split(",")
+  assert len(order) == 9 and set(order) | set(extra) == set(cfg.methods.keys())
   assert [cfg.methods[k].selection_hparams.alpha for k in order[4:]] == [0.0, 0.5, 1.0, 2.0, 5.0]
+  # The paper's instance, evaluated every round (the authors' framework's eval interval).
+  assert (syn.synthetic_recipe, syn.eval_every) == ("fedgs", 1)
+  assert cfg.datasets.synthetic.availability_seed_per_seed
+  # The authors' released protocol (issue 14): PoC on validation losses, equal weights;
+  # FedGS with the code's scale and kernel; SLN with the code's schedule and redraws.
+  poc = dict(cfg.methods.power_of_choice.selection_hparams)
+  assert poc == {"loss_split": "local_test", "weights": "equal"}
+  for k in order[4:]:
+    hp = cfg.methods[k].selection_hparams
+    assert (hp.scale, hp.kernel, hp.sigma2, hp.epsilon) == (
+      "reference_code", "reference_code", 0.1, 0.01
+    )
+  assert all("scale" not in cfg.methods[k].selection_hparams for k in extra)
+  sln = cfg.modes.sln.availability_hparams
+  assert (sln.schedule, sln.redraw_empty) == ("reference_code", True)
   # "FedProx/MDSample ... w/wo proximal term": MD sampling + the proximal local update.
   assert cfg.methods.fedprox.selection == cfg.methods.md.selection == "md"
   assert cfg.methods.fedprox.client_update == "fedprox"
@@ -45,8 +61,17 @@ def test_config_holds_the_papers_settings():
     "ymf": 0.9,
     "yc": 0.9,
   }
-  # One availability seed for every method and seed (Appendix C).
+  # One base availability seed for every method (Appendix C); on Synthetic seed s draws
+  # from base + s, as in the authors' code; the other columns share the base seed.
   assert len({cfg.datasets[d].base.availability_seed for d in cfg.datasets.keys()}) == 1
+  base = cfg.datasets.synthetic.base
+  assert common.seed_config(base, 2, True).availability_seed == base.availability_seed + 2
+  assert common.seed_config(base, 2, False).availability_seed == base.availability_seed
+  assert common.seed_config(base, 2, True).seed == 2
+  neg = common.seed_config(base, 0)
+  neg.availability_seed = -1
+  with pytest.raises(ValueError, match="availability_seed=-1"):
+    common.seed_config(neg, 1, True)
   assert fedgs_table2.PAPER_TABLE2["synthetic"]["mdf"]["uniform"] == 0.362
 
 
