@@ -1,0 +1,212 @@
+"""Mutation testing of one package with cosmic-ray: each mutant runs only its module's tests.
+
+Usage (from the repository root; needs ``pip install cosmic-ray==8.7.0``, see BUILD_NOTES,
+issue 22)::
+
+  python tools/mutation.py availability                 # every file of the package
+  python tools/mutation.py availability --files yc.py   # some of its files
+  python tools/mutation.py core --files evaluation.py --report-only
+
+What it does, per source file ``fedjax_sel/<package>/<file>.py``:
+
+* works in a git worktree of HEAD (``--workdir``, default /tmp/fedjax_sel-mutation):
+  cosmic-ray writes each mutant into the source file, so never point it at a working tree
+  others use;
+* writes a cosmic-ray config whose ``test-command`` runs, under ``nice -n 19`` and
+  ``JAX_PLATFORMS=cpu``, only the tests of that module (``TESTS`` below; by default the
+  package's folder ``tests/<package>``) with ``-x``, so a killed mutant stops at its first
+  failing test;
+* keeps the usual one-token mutations (``+``/``-``, ``*``/``/``, ``<``/``<=``, ``==``/``!=``,
+  ``&``/``|``, ``True``/``False``, ``and``/``or``, numbers +-1, ``not`` added or removed,
+  ``break``/``continue``, zero-iteration loops) and drops cosmic-ray's exhaustive operator
+  cross products, ``RemoveDecorator`` (removing ``jax.jit`` is an equivalent mutant) and the
+  variable replacers;
+* runs ``cosmic-ray init``, the operator filter, ``exec`` (one fresh process per mutant: JAX's
+  compilation caches and threads never carry a mutant over) and writes
+  ``<workdir>/mutation/<package>/<file>.{sqlite,txt}`` and a summary table of
+  killed / survived / timeouts per file.
+
+Equivalent mutants are listed with a one-line reason each in BUILD_NOTES (issue 22); the
+score is killed / (total - equivalent).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PACKAGES = ("core", "aggregation", "selection", "availability")
+
+# Tests of each package (paths relative to the repository root): its own folder, and for
+# core the library-validation tests (make_server_optimizer, Simulation's checks).
+PACKAGE_TESTS = {
+  "core": ["tests/core", "tests/test_library_validation.py"],
+  "aggregation": ["tests/aggregation"],
+  "selection": ["tests/selection"],
+  "availability": ["tests/availability"],
+}
+# Narrower lists for single modules (a file not listed runs its package's tests).
+TESTS = {
+  "availability/yc.py": ["tests/availability/test_round_boundaries.py",
+                         "tests/availability/test_availability_fedgs.py"],
+  "availability/sln.py": ["tests/availability/test_round_boundaries.py",
+                          "tests/availability/test_sln_reference_code.py",
+                          "tests/availability/test_availability_fedgs.py"],
+  "availability/ymf.py": ["tests/availability/test_round_boundaries.py",
+                          "tests/availability/test_availability_fedgs.py"],
+  "availability/ldf.py": ["tests/availability/test_round_boundaries.py",
+                          "tests/availability/test_availability_fedgs.py"],
+  "availability/mdf.py": ["tests/availability/test_round_boundaries.py",
+                          "tests/availability/test_availability_fedgs.py"],
+  "availability/trace.py": ["tests/availability/test_round_boundaries.py",
+                            "tests/availability/test_availability_cluster_trace.py"],
+  "core/evaluation.py": ["tests/core/test_metric_values.py"],
+}
+
+KEEP_BINARY = (
+  "Add_Sub|Sub_Add|Mul_Div|Div_Mul|FloorDiv_Div|Mod_FloorDiv|Pow_Mul|"
+  "BitAnd_BitOr|BitOr_BitAnd|BitXor_BitAnd|LShift_RShift|RShift_LShift"
+)
+KEEP_COMPARISON = "Lt_LtE|LtE_Lt|Gt_GtE|GtE_Gt|Eq_NotEq|NotEq_Eq|Is_IsNot|IsNot_Is|In_NotIn|NotIn_In"
+KEEP_UNARY = "USub_UAdd|Delete_Not|Delete_Invert|Delete_USub"
+EXCLUDE_OPERATORS = [
+  f"core/ReplaceBinaryOperator_(?!({KEEP_BINARY})$)",
+  f"core/ReplaceComparisonOperator_(?!({KEEP_COMPARISON})$)",
+  f"core/ReplaceUnaryOperator_(?!({KEEP_UNARY})$)",
+  "core/RemoveDecorator",
+  "core/VariableReplacer",
+  "core/VariableInserter",
+  "core/ExceptionReplacer",
+]
+
+
+def run(cmd, cwd, **kw):
+  return subprocess.run(cmd, cwd=cwd, check=True, text=True, **kw)
+
+
+def worktree(workdir: str, fresh: bool) -> str:
+  if fresh and os.path.isdir(workdir):
+    run(["git", "worktree", "remove", "--force", workdir], ROOT)
+  if not os.path.isdir(workdir):
+    run(["git", "worktree", "add", "--detach", workdir, "HEAD"], ROOT, stdout=subprocess.DEVNULL)
+  return workdir
+
+
+def config_text(module: str, tests: list[str], python: str, timeout: float) -> str:
+  command = " ".join(
+    ["nice", "-n", "19", "env", "JAX_PLATFORMS=cpu", "XLA_PYTHON_CLIENT_PREALLOCATE=false",
+     python, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests]
+  )
+  excludes = ", ".join(json.dumps(e) for e in EXCLUDE_OPERATORS)
+  return (
+    "[cosmic-ray]\n"
+    f'module-path = "{module}"\n'
+    f"timeout = {timeout}\n"
+    "excluded-modules = []\n"
+    f"test-command = {json.dumps(command)}\n\n"
+    "[cosmic-ray.distributor]\n"
+    'name = "local"\n\n'
+    "[cosmic-ray.filters.operators-filter]\n"
+    f"exclude-operators = [{excludes}]\n"
+  )
+
+
+def counts(session: str, cr_bin: str) -> dict:
+  """killed / survived / incompetent / pending from ``cosmic-ray dump``."""
+  out = subprocess.run([os.path.join(cr_bin, "cosmic-ray"), "dump", session],
+                       capture_output=True, text=True, check=True).stdout
+  c = {"total": 0, "killed": 0, "survived": 0, "timeout": 0, "other": 0, "pending": 0,
+       "skipped": 0, "survivors": []}
+  for line in out.splitlines():
+    item, result = json.loads(line)
+    if result is None:
+      c["pending"] += 1
+      continue
+    if result.get("worker_outcome") == "skipped":
+      c["skipped"] += 1
+      continue
+    c["total"] += 1
+    outcome = result.get("test_outcome")
+    if outcome == "killed":
+      c["killed"] += 1
+      if result.get("output") == "timeout":
+        c["timeout"] += 1
+    elif outcome == "survived":
+      c["survived"] += 1
+      for m in item["mutations"]:
+        c["survivors"].append(
+          f"{m['module_path']}:{m['start_pos'][0]} {m['operator_name']} #{m['occurrence']}"
+        )
+    else:
+      c["other"] += 1
+  return c
+
+
+def main(argv=None) -> int:
+  p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+  p.add_argument("package", choices=PACKAGES)
+  p.add_argument("--files", nargs="*", help="file names in the package (default: all)")
+  p.add_argument("--workdir", default="/tmp/fedjax_sel-mutation")
+  p.add_argument("--fresh", action="store_true", help="recreate the worktree from HEAD")
+  p.add_argument("--python", default=os.path.join(ROOT, ".venv-test", "bin", "python"))
+  p.add_argument("--cosmic-ray-bin", default=os.path.dirname(shutil.which("cosmic-ray") or ""),
+                 help="folder of the cosmic-ray executables")
+  p.add_argument("--timeout", type=float, default=600.0, help="seconds per mutant")
+  p.add_argument("--report-only", action="store_true", help="summarize existing sessions")
+  args = p.parse_args(argv)
+  cr = args.cosmic_ray_bin
+  if not os.path.exists(os.path.join(cr, "cosmic-ray")):
+    p.error("cosmic-ray not found: pip install cosmic-ray==8.7.0 (or give --cosmic-ray-bin)")
+  work = worktree(args.workdir, args.fresh and not args.report_only)
+  src = os.path.join("fedjax_sel", args.package)
+  files = args.files or sorted(
+    f for f in os.listdir(os.path.join(work, src)) if f.endswith(".py") and f != "__init__.py"
+  )
+  out_dir = os.path.join(work, "mutation", args.package)
+  os.makedirs(out_dir, exist_ok=True)
+  rows = []
+  for f in files:
+    module = os.path.join(src, f)
+    tests = TESTS.get(f"{args.package}/{f}", PACKAGE_TESTS[args.package])
+    stem = os.path.join(out_dir, f[:-3])
+    cfg, session = stem + ".toml", stem + ".sqlite"
+    if not args.report_only:
+      with open(cfg, "w") as fh:
+        fh.write(config_text(module, tests, args.python, args.timeout))
+      if os.path.exists(session):
+        os.remove(session)
+      start = time.time()
+      run([os.path.join(cr, "cosmic-ray"), "init", cfg, session], work)
+      run([os.path.join(cr, "cr-filter-operators"), session, cfg], work)
+      run([os.path.join(cr, "cosmic-ray"), "exec", cfg, session], work)
+      print(f"{module}: {time.time() - start:.0f} s", flush=True)
+    if not os.path.exists(session):
+      continue
+    c = counts(session, cr)
+    with open(stem + ".txt", "w") as fh:
+      fh.write("\n".join(c["survivors"]) + "\n")
+    rows.append((module, c))
+  print("| file | mutants | killed | survived | timeouts | other | score |")
+  print("|---|---|---|---|---|---|---|")
+  tk = tt = 0
+  for module, c in rows:
+    score = c["killed"] / c["total"] if c["total"] else float("nan")
+    tk, tt = tk + c["killed"], tt + c["total"]
+    print(f"| {module} | {c['total']} | {c['killed']} | {c['survived']} | {c['timeout']} | "
+          f"{c['other']} | {100 * score:.0f} % |")
+  if tt:
+    print(f"| all | {tt} | {tk} | {tt - tk} | | | {100 * tk / tt:.0f} % |")
+  for module, c in rows:
+    for s in c["survivors"]:
+      print("survived:", s)
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
