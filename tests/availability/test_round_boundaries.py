@@ -109,3 +109,26 @@ def test_yc_sample_follows_probs_at_the_boundary():
   assert on_boundary.mean() < 0.05  # rate 0.001 for everyone
   assert at_start[:, 0].all() and at_start[:, 4].all()  # holders of label 0: rate 1
   assert at_start[:, [1, 2, 3]].mean() < 0.05
+
+
+def sizes_info(sizes):
+  sizes = jnp.asarray(sizes, jnp.int32)
+  return ClientInfo(num_examples=sizes, label_counts=jnp.ones((sizes.shape[0], 2), jnp.int32))
+
+
+@pytest.mark.parametrize(
+  "name,sizes,want",
+  [
+    # the smallest client holds 2 (not 1): (2 / n_k)^0.5
+    ("ldf", [2, 3, 6, 12], [1.0, (2 / 3) ** 0.5, (1 / 3) ** 0.5, (1 / 6) ** 0.5]),
+    # a client without data counts as n = 1
+    ("ldf", [0, 4, 2], [1.0, 0.5, 0.5**0.5]),
+    ("mdf", [0, 4, 16], [0.25, 0.5, 1.0]),
+    ("mdf", [3, 12, 6], [0.5, 1.0, 0.5**0.5]),
+  ],
+)
+def test_size_rates_by_hand(name, sizes, want):
+  model = availability.make(name, beta=0.5)
+  state = model.init(jax.random.PRNGKey(0), sizes_info(sizes))
+  for t in (0, 7):
+    np.testing.assert_allclose(np.asarray(model.probs(state, jnp.int32(t))), want, rtol=1e-6)
