@@ -132,3 +132,24 @@ def test_size_rates_by_hand(name, sizes, want):
   state = model.init(jax.random.PRNGKey(0), sizes_info(sizes))
   for t in (0, 7):
     np.testing.assert_allclose(np.asarray(model.probs(state, jnp.int32(t))), want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("initial", ["on", "off"])
+def test_markov_chain_from_its_initial_state(initial):
+  """Deterministic chains: client 0 flips every round (p10 = p01 = 1), client 1 turns on and
+  stays on (p10 = 0, p01 = 1), client 2 stays off once off (p10 = 1/2, p01 = 0)."""
+  model = availability.make(
+    "markov", p_on_to_off=[1.0, 0.0, 0.5], p_off_to_on=[1.0, 1.0, 0.0], initial=initial
+  )
+  info = sizes_info([1, 1, 1])
+  state = model.init(jax.random.PRNGKey(0), info)
+  start = initial == "on"
+  want_probs0 = [0.0, 1.0, 0.5] if start else [1.0, 1.0, 0.0]
+  np.testing.assert_allclose(np.asarray(model.probs(state, jnp.int32(0))), want_probs0)
+  for t in range(6):
+    on, state = model.sample(state, jax.random.PRNGKey(t), jnp.int32(t))
+    on = np.asarray(on)
+    assert on[0] == (not start if t % 2 == 0 else start), t  # flips from the initial state
+    assert on[1], t
+    if not start:
+      assert not on[2], t
