@@ -399,7 +399,9 @@ def make_fedgs(
       return state
     features = ctx.update_sketch if similarity == "cosine" else ctx.embeddings
     enough = jnp.mean(ctx.seen.astype(jnp.float32)) >= min_seen_fraction
-    due = (rebuild_every > 0) & (state.rounds_since_build >= rebuild_every)
+    # rounds_since_build counts the rounds after the last build that did not rebuild, so
+    # this round is the rebuild_every-th since it when rounds_since_build + 1 reaches it
+    due = (rebuild_every > 0) & (state.rounds_since_build + 1 >= rebuild_every)
     build = enough & (~state.graph_ready | due)
 
     def rebuilt(_):
