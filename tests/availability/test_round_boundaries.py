@@ -153,3 +153,22 @@ def test_markov_chain_from_its_initial_state(initial):
     assert on[1], t
     if not start:
       assert not on[2], t
+
+
+def test_defaults_are_fedgs_table2_settings():
+  """YC0.9 / SLN0.5 with FLGo's period T = 24, YMF0.9, LDF0.7, MDF0.7 (FedGS Table 2)."""
+  yc = probs_at(availability.make("yc"), [22, 23, 24])
+  # t = 23 is the period's last round (phase r = 1: no label bin): everyone at 1 - 0.9
+  np.testing.assert_allclose(yc[1], 0.1, rtol=1e-6)
+  # t = 22: bin floor(4 * 23 / 24) = 3 (client 1 and 4 hold label 3); t = 24: bin 0
+  np.testing.assert_allclose(yc[0], [0.1, 1.0, 0.1, 0.1, 1.0], rtol=1e-6)
+  np.testing.assert_allclose(yc[2], [1.0, 0.1, 0.1, 0.1, 1.0], rtol=1e-6)
+  sln = availability.make("sln")
+  state = sln.init(jax.random.PRNGKey(0), INFO)
+  p5, p17 = (np.asarray(sln.probs(state, jnp.int32(t))) for t in (5, 17))
+  np.testing.assert_allclose(p5 / p17, 9.0, rtol=1e-5)  # T = 24: factors 0.9 and 0.1
+  np.testing.assert_allclose(probs_at(availability.make("ymf"), [0])[0, 0], 0.1, rtol=1e-6)
+  np.testing.assert_allclose(probs_at(availability.make("ldf"), [0])[0, 0], 4**-0.7, rtol=1e-6)
+  np.testing.assert_allclose(
+    probs_at(availability.make("mdf"), [0])[0, 0], (4 / 16) ** 0.7, rtol=1e-6
+  )
