@@ -67,6 +67,12 @@ TESTS = {
   "availability/trace.py": ["tests/availability/test_round_boundaries.py",
                             "tests/availability/test_availability_cluster_trace.py"],
   "core/evaluation.py": ["tests/core/test_metric_values.py"],
+  "aggregation/fedar.py": ["tests/aggregation/test_reference_aggregators.py",
+                           "tests/aggregation/test_aggregation_fedar.py",
+                           "tests/aggregation/test_aggregation_contract.py"],
+  "aggregation/mifa.py": ["tests/aggregation/test_reference_aggregators.py",
+                          "tests/aggregation/test_mifa.py",
+                          "tests/aggregation/test_aggregation_contract.py"],
 }
 
 KEEP_BINARY = (
