@@ -1,0 +1,127 @@
+r"""Seconds per round of the paper cells on the real Fashion-MNIST (the budget of issue 15).
+
+  python -m benchmarks.real_data_round --json                       # both cells
+  python -m benchmarks.real_data_round --json --cells=fedgs_fmnist --rounds=5
+
+Cells, each built exactly as its study builds it:
+
+- ``fedgs_fmnist``: FedGS Table 2's Fashion-MNIST column (``experiments/configs/
+  fedgs_table2.py``'s ``fashion_mnist_base``: 100 clients with two labels each, cnn_mnist,
+  10 clients x 10 steps x batch 32), IDL availability, uniform selection.
+- ``fedemd_fmnist``: FedEMD's ``1_excl`` scenario with Random selection
+  (``experiments/configs/fedemd.py`` on Fashion-MNIST: 50 clients, 5 a round, one
+  Maverick owning 'Trouser', one local epoch at batch 4, momentum 0.9, cnn_mnist).
+
+Per cell: the first ``run_rounds(1)`` (compile included), then ``run_rounds(R)`` timed
+(training only) and a second ``evaluate`` timed (global test set + local test sets). The
+data is read through ``loaders.load_pool`` (IDX files from the usual places or
+``--data_dir``). Prints one JSON object per cell with ``--json``, with the machine's load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import jax
+
+from benchmarks import _common as C
+from experiments import fedemd
+from experiments.configs import fedemd as fedemd_config
+from experiments.configs import fedgs_table2 as fedgs_config
+from fedjax_sel import experiment
+
+CELLS = ("fedgs_fmnist", "fedemd_fmnist")
+
+
+def build(cell: str, data_dir: str):
+  """(Simulation, FederatedData, config) of one cell."""
+  if cell == "fedgs_fmnist":
+    c = fedgs_config.fashion_mnist_base()
+    c.availability, c.selection = "idl", "uniform"
+    c.data_dir = data_dir
+    sim, data = experiment.build(c)
+    return sim, data, c
+  study = fedemd.prepare_config(
+    fedemd_config.get_config(), data_dir=data_dir or "/usr/share/datasets/fashion-mnist"
+  )
+  study.base.data_dir = data_dir  # '' = search the usual places
+  data = fedemd.maverick_data(study, "1_excl")
+  c = fedemd.cell_config(study, "random")
+  sim, _ = experiment.build(c, data)
+  return sim, data, c
+
+
+def measure(cell: str, rounds: int, data_dir: str) -> dict:
+  t0 = time.perf_counter()
+  sim, data, c = build(cell, data_dir)
+  build_s = time.perf_counter() - t0
+  state = sim.init(0)
+  t0 = time.perf_counter()
+  state, _ = sim.run_rounds(state, 1)
+  jax.block_until_ready(state.params)
+  first_s = time.perf_counter() - t0
+  steps_before = float(state.useful_steps)
+  t0 = time.perf_counter()
+  state, _ = sim.run_rounds(state, rounds)
+  jax.block_until_ready(state.params)
+  train_s = (time.perf_counter() - t0) / rounds
+  steps = (float(state.useful_steps) - steps_before) / rounds
+  jax.block_until_ready(sim.evaluate(state))
+  t0 = time.perf_counter()
+  ev = sim.evaluate(state)
+  jax.block_until_ready(ev)
+  eval_s = time.perf_counter() - t0
+  return {
+    "cell": cell,
+    "dataset": c.dataset,
+    "model": c.model,
+    "num_clients": int(data.num_clients),
+    "clients_per_round": int(c.clients_per_round),
+    "batch_size": int(c.batch_size),
+    "train_examples": int(data.train.counts.sum()),
+    "local_test_examples": int(data.test.counts.sum()),
+    "global_test_examples": int(len(data.test_y)),
+    "rounds_timed": rounds,
+    "build_data_s": round(build_s, 2),
+    "first_round_with_compile_s": round(first_s, 2),
+    "train_s_per_round": round(train_s, 3),
+    "local_steps_per_round": round(steps, 1),
+    "train_ms_per_step": round(1000 * train_s / max(steps, 1.0), 2),
+    "evaluate_s": round(eval_s, 3),
+    "test_accuracy_after": round(float(ev["test_accuracy"]), 4),
+    "machine": C.machine_info(),
+  }
+
+
+def main(argv: list[str] | None = None) -> int:
+  p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  p.add_argument("--json", action="store_true", help="one JSON object per cell")
+  p.add_argument("--cells", default=",".join(CELLS), help=f"any of {', '.join(CELLS)}")
+  p.add_argument("--rounds", type=int, default=3, help="rounds timed after the first (>= 1)")
+  p.add_argument("--data_dir", default="", help="IDX folder ('' = search the usual places)")
+  a = p.parse_args(argv)
+  cells = [s for s in a.cells.split(",") if s]
+  bad = sorted(set(cells) - set(CELLS))
+  if bad or not cells:
+    p.error(f"--cells={a.cells!r}; allowed: any of {', '.join(CELLS)}")
+  if a.rounds < 1:
+    p.error(f"--rounds={a.rounds}; allowed: integers >= 1")
+  for cell in cells:
+    record = measure(cell, a.rounds, a.data_dir)
+    if a.json:
+      print(json.dumps(record), flush=True)
+    else:
+      print(
+        f"{cell}: {record['train_s_per_round']} s/round training "
+        f"({record['local_steps_per_round']} steps), evaluate {record['evaluate_s']} s, "
+        f"first round with compile {record['first_round_with_compile_s']} s",
+        flush=True,
+      )
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
