@@ -19,4 +19,3 @@ def test_bad_arguments_name_the_value(capsys, args, message):
     real_data_round.main(args)
   assert err.value.code == 2
   assert message in capsys.readouterr().err
-
