@@ -172,3 +172,25 @@ def test_defaults_are_fedgs_table2_settings():
   np.testing.assert_allclose(
     probs_at(availability.make("mdf"), [0])[0, 0], (4 / 16) ** 0.7, rtol=1e-6
   )
+
+
+def labels_info(label_counts):
+  lc = jnp.asarray(label_counts, jnp.int32)
+  return ClientInfo(num_examples=lc.sum(1), label_counts=lc)
+
+
+@pytest.mark.parametrize(
+  "label_counts,want",
+  [
+    # C = 4, labels 0 and 2 held: the largest held label is 2, not C - 1 = 3
+    ([[1, 0, 0, 0], [0, 0, 2, 0], [1, 0, 1, 0]], [0.4, 1.0, 0.4]),
+    # labels 0 and 1 of C = 3: min label / 1
+    ([[2, 0, 0], [0, 3, 0]], [0.4, 1.0]),
+    # only label 0 anywhere: every rate is 1 - beta (0 / max(0, 1), not 0 / 0)
+    ([[2, 0, 0], [1, 0, 0]], [0.4, 0.4]),
+  ],
+)
+def test_ymf_largest_held_label(label_counts, want):
+  model = availability.make("ymf", beta=0.6)
+  state = model.init(jax.random.PRNGKey(0), labels_info(label_counts))
+  np.testing.assert_allclose(np.asarray(model.probs(state, jnp.int32(0))), want, rtol=1e-6)
