@@ -194,3 +194,19 @@ def test_ymf_largest_held_label(label_counts, want):
   model = availability.make("ymf", beta=0.6)
   state = model.init(jax.random.PRNGKey(0), labels_info(label_counts))
   np.testing.assert_allclose(np.asarray(model.probs(state, jnp.int32(0))), want, rtol=1e-6)
+
+
+def test_sln_keeps_empty_rounds_by_default():
+  """At t = 17 (factor 0.1) with beta = 0.9, every rate is at most 0.1: an empty active set
+  comes up, and stays empty by default (the paper); redraw_empty=True draws again."""
+  empty = {}
+  for redraw in (False, True):
+    kw = {} if not redraw else {"redraw_empty": True}
+    model = availability.make("sln", beta=0.9, **kw)
+    state = model.init(jax.random.PRNGKey(0), INFO)
+    assert float(np.max(np.asarray(model.probs(state, jnp.int32(17))))) == pytest.approx(0.1)
+    draws = [
+      np.asarray(model.sample(state, jax.random.PRNGKey(s), jnp.int32(17))[0]) for s in range(30)
+    ]
+    empty[redraw] = sum(not d.any() for d in draws)
+  assert empty[False] > 0 and empty[True] == 0, empty
