@@ -180,3 +180,66 @@ def test_unreceived_valid_slot_leaves_memory_alone():
   for k in ("w", "b"):
     np.testing.assert_array_equal(np.asarray(state.memory[k][0]), np.asarray(r0[k][0]))
     np.testing.assert_array_equal(np.asarray(state.memory[k][5]), 0.0)
+
+
+def test_fedar_default_constants():
+  """FedAR's defaults: rho = 0.1, psi_max = 2, convex g(t) = 10 + t / 4, non-convex
+  g(t) = 1 * sqrt(max(t, 10))."""
+  from fedjax_sel.aggregation.fedar import staleness_cutoff, staleness_weight
+
+  assert float(staleness_cutoff(8)) == pytest.approx(12.0)
+  assert float(staleness_cutoff(16, "nonconvex")) == pytest.approx(4.0)
+  assert float(staleness_cutoff(3, "nonconvex")) == pytest.approx(10**0.5)
+  assert float(staleness_weight(3, 1)) == pytest.approx(4**0.1, rel=1e-6)
+  assert float(staleness_weight(0, 1)) == 1.0
+
+
+@pytest.mark.parametrize(
+  "cutoff,last_kept",
+  [
+    # convex: tau = t is kept while t < 10 + (t + 1) / 4, i.e. up to t = 13
+    ("convex", 13),
+    # non-convex: g = sqrt(10) = 3.16 for the paper's rounds up to 10: kept up to t = 3
+    ("nonconvex", 3),
+  ],
+)
+def test_fedar_defaults_drop_a_stale_client(cutoff, last_kept):
+  """Client 1 answers only in round 0, client 0 every round: client 1's update counts with
+  psi = (t + 1)^0.1 (default rho) until its staleness reaches g, then N_t drops to 1."""
+  agg = lib.build("fedar", {"cutoff": cutoff})
+  apply = jax.jit(agg.apply)
+  n = 2
+  state = agg.init(lib.make_params(), lib.make_info(np.ones(n)))
+  d1 = np.array([0.0, 3.0])
+  for t in range(last_kept + 2):
+    avail = jnp.array([True, t == 0])
+    deltas = lib.deltas_from_b([[1.0, 0.0], d1])
+    update, state = apply(
+      state, deltas, lib.selection_of(jnp.arange(n), avail), avail, jnp.int32(t)
+    )
+    if t <= last_kept:
+      want = (np.array([1.0, 0.0]) + min((t + 1.0) ** 0.1, 2.0) * d1) / 2
+    else:
+      want = np.array([1.0, 0.0])
+    np.testing.assert_allclose(np.asarray(update["b"]), want, rtol=1e-6, err_msg=f"t={t}")
+
+
+@pytest.mark.parametrize(
+  "hp,match",
+  [
+    ({"rho": 1.5}, "rho=1.5"),
+    ({"rho": -0.1}, "rho=-0.1"),
+    ({"t0": 0.0}, "t0=0.0"),
+    ({"b": 2.0}, "b=2.0"),
+    ({"scale": 0.0}, "scale=0.0"),
+    ({"scale": -1.0}, "scale=-1.0"),
+    ({"psi_max": 0.5}, "psi_max=0.5"),
+    ({"cutoff": "linear"}, "cutoff='linear'"),
+    ({"weighting": "size"}, "weighting='size'"),
+  ],
+)
+def test_fedar_rejects_bad_constants(hp, match):
+  from fedjax_sel import aggregation
+
+  with pytest.raises(ValueError, match=match.replace("(", r"\(")):
+    aggregation.make("fedar", **hp)
