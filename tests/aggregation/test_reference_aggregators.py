@@ -163,6 +163,7 @@ def test_fedar_staleness_and_weights_by_hand():
     _, state = apply(state, deltas, sel, avail, jnp.int32(t), aux=aux)
     np.testing.assert_array_equal(np.asarray(state.staleness), tau[t], err_msg=f"round {t}")
     np.testing.assert_array_equal(np.asarray(state.seen), np.asarray(seen[t], bool))
+    assert int(state.rounds) == t + 1
     assert float(state.num_contributing) == contributing[t], t
 
 
@@ -192,6 +193,9 @@ def test_fedar_default_constants():
   assert float(staleness_cutoff(3, "nonconvex")) == pytest.approx(10**0.5)
   assert float(staleness_weight(3, 1)) == pytest.approx(4**0.1, rel=1e-6)
   assert float(staleness_weight(0, 1)) == 1.0
+  # the default convex cutoff at its boundary: g(8) = 12 drops tau 12, g(20) = 15 keeps 14
+  assert float(staleness_weight(12, 8)) == 0.0
+  assert float(staleness_weight(14, 20)) == pytest.approx(min(15**0.1, 2.0), rel=1e-6)
 
 
 @pytest.mark.parametrize(
