@@ -65,6 +65,66 @@ class EngineConfig(NamedTuple):
   sort_by_steps: bool = True
 
 
+class TrainArrays(NamedTuple):
+  """The training data as the compiled round reads it: an argument, never a constant.
+
+  Attributes:
+    x: [n_total, ...] all clients' examples, client after client, in their stored dtype
+      (float32, or uint8 images decoded to float32 inside the batch gather).
+    y: i32[n_total] labels.
+    offsets: i32[N] index of each client's first example.
+    counts: i32[N] examples of each client.
+    table: f32[256] (or f32[65536]) decoding table of unsigned 8/16-bit inputs
+      (``table[x]`` is the model's input), or f32[0] when x is used as it is (float data)
+      or decoded by ``x.astype(float32) / divisor`` (other integer types).
+  """
+
+  x: jax.Array
+  y: jax.Array
+  offsets: jax.Array
+  counts: jax.Array
+  table: jax.Array
+
+
+def decode_table(dtype: Any, divisor: float = 1.0) -> np.ndarray:
+  """The f32 table that maps stored unsigned 8/16-bit values to model inputs.
+
+  ``np.arange(2**bits, dtype=float32) / float32(divisor)``: a lookup in it is bitwise the
+  host's ``x.astype(float32) / float32(divisor)`` (XLA:CPU's division by a constant is not:
+  it multiplies by the reciprocal, off by one ulp on about half of the 256 values). Empty
+  (f32[0]) for float data and for other integer types.
+  """
+  dtype = np.dtype(dtype)
+  if dtype.kind == "u" and dtype.itemsize <= 2:
+    return np.arange(1 << (8 * dtype.itemsize), dtype=np.float32) / np.float32(divisor)
+  return np.zeros((0,), np.float32)
+
+
+def decode_inputs(x: jax.Array, table: jax.Array, divisor: float = 1.0) -> jax.Array:
+  """Model inputs f32 from stored examples (inside jit): float32 data pass unchanged."""
+  if table.shape[0]:
+    return table[x.astype(jnp.int32)]
+  if x.dtype == jnp.float32 and divisor == 1.0:
+    return x
+  x = x.astype(jnp.float32)
+  return x if divisor == 1.0 else x / jnp.float32(divisor)
+
+
+def train_arrays(x, y, offsets, counts, divisor: float = 1.0, put=None) -> TrainArrays:
+  """``TrainArrays`` on device (``put``: a ``jax.device_put``-like placement; default the
+  default device). x keeps its dtype; y becomes int32."""
+  put = put or jax.device_put
+  x = np.asarray(x) if not isinstance(x, jax.Array) else x
+  table = decode_table(x.dtype, divisor)
+  return TrainArrays(
+    x=put(x),
+    y=put(jnp.asarray(y, jnp.int32) if isinstance(y, jax.Array) else np.asarray(y, np.int32)),
+    offsets=put(np.asarray(offsets, np.int32)),
+    counts=put(np.asarray(counts, np.int32)),
+    table=put(table),
+  )
+
+
 class CohortResult(NamedTuple):
   """What local training returns for the M cohort slots.
 
@@ -329,6 +389,33 @@ def resolve_chunk_size(
   return max(1, min(size, num_selected))
 
 
+def _check_train_arrays(data: TrainArrays, like: TrainArrays, n_max: int) -> None:
+  """``with_data``'s check: the same shapes and dtypes as the data the plan was made for;
+  counts are checked against the plan's longest client when they are concrete."""
+  for name, a, b in zip(TrainArrays._fields, data, like):
+    if tuple(a.shape) != tuple(b.shape) or a.dtype != b.dtype:
+      raise ValueError(
+        f"training data {name}: {a.dtype}{list(a.shape)}; allowed: {b.dtype}{list(b.shape)} "
+        "(the shapes and dtypes the trainer was built for)"
+      )
+  if not isinstance(data.counts, jax.core.Tracer) and data.counts.size:
+    longest = int(np.max(np.asarray(data.counts)))
+    if longest > n_max:
+      raise ValueError(
+        f"training data counts: a client holds {longest} examples; allowed: at most {n_max} "
+        "(the longest client the trainer was built for)"
+      )
+
+
+def replicated_put(mesh: Mesh | None) -> Callable:
+  """``device_put`` of a whole array onto every device of ``mesh`` (the default device
+  when None): how data that every device reads are placed."""
+  if mesh is None:
+    return jax.device_put
+  sharding = NamedSharding(mesh, P())
+  return lambda a: jax.device_put(a, sharding)
+
+
 def _client_mesh():
   devices = jax.devices()
   if len(devices) <= 1:
@@ -363,6 +450,8 @@ def make_cohort_trainer(
   num_selected: int,
   conv: bool = False,
   num_params: int | None = None,
+  x_divisor: float = 1.0,
+  data: TrainArrays | None = None,
 ) -> Callable[..., CohortResult]:
   """Builds ``train(params, cohort, valid, key, lr, aux) -> CohortResult``.
 
@@ -376,30 +465,41 @@ def make_cohort_trainer(
     num_selected: M, the cohort slots.
     conv: whether the model is convolutional (for the ``auto`` parallelism rule).
     num_params: the model's parameter count (for the ``auto`` rule; None: assume small).
+    x_divisor: model inputs are ``x / x_divisor`` in float32 (x may be stored as uint8;
+      1.0 for float data).
+    data: the ``TrainArrays`` already on device (then train_x ... counts only give shapes
+      and sizes); None puts train_x ... counts on device (``train.put``: replicated on
+      the client mesh when the loop uses several devices, else the default device).
 
   Returns:
     A pure, jittable function. ``cohort: i32[M]``, ``valid: bool[M]``, ``lr: f32[]``,
-    ``aux``: per-slot pytree from ``client_update.prepare``.
+    ``aux``: per-slot pytree from ``client_update.prepare``. It reads the training data
+    from ``train.data`` (closed over: a constant of whatever program calls it);
+    ``train.with_data(data, params, cohort, valid, key, lr, aux)`` takes them as an
+    argument instead, so a jitted caller compiles once per shape, whatever the values.
+    The static plan (longest client, steps, lanes) comes from ``counts``: ``with_data``
+    accepts data whose clients hold at most as many examples as the longest one here.
   """
   validate_engine_config(cfg)
-  counts = jnp.asarray(counts, jnp.int32)
-  offsets = jnp.asarray(offsets, jnp.int32)
-  n_max = max(int(jnp.max(counts)), 1) if counts.size else 1
+  counts_np = np.asarray(counts, np.int64)
+  n_max = max(int(counts_np.max()), 1) if counts_np.size else 1
   s_max = max_steps(n_max, cfg)
   batch = cfg.batch_size
-  steps_all = steps_per_client(counts, cfg)
+  steps_np = np.asarray(steps_per_client(counts_np, cfg))
   mesh = _client_mesh()
   num_devices = 1 if mesh is None else mesh.devices.size
   backend = jax.default_backend()
   kind = resolve_kind(cfg, conv, backend)
-  chunk = resolve_chunk_size(
-    cfg, num_selected, conv, backend, np.asarray(steps_all), num_params, num_devices
-  )
+  chunk = resolve_chunk_size(cfg, num_selected, conv, backend, steps_np, num_params, num_devices)
   if mesh is not None and kind == "chunked" and cfg.parallelism == "auto" and chunk < num_selected:
     # chunks a multiple of the device count, so each chunk is split over every device
     chunk = min(num_selected, -(-chunk // num_devices) * num_devices)
   if kind == "chunked" and chunk == 1:
     kind = "flat"
+  uses_mesh = mesh is not None and kind in ("lanes", "chunked")
+  put = replicated_put(mesh) if uses_mesh else jax.device_put
+  if data is None:
+    data = train_arrays(train_x, train_y, offsets, counts_np, x_divisor, put)
   num_chunks = -(-num_selected // chunk)
   m_pad = num_chunks * chunk
   if kind == "lanes" and mesh is not None:
@@ -411,9 +511,9 @@ def make_cohort_trainer(
   else:
     num_perms = int(cfg.local_epochs)
 
-  def client_batches(key, client, steps):
+  def client_batches(data, key, client, steps):
     """Flat example indices i32[S, B] of a client's local batches and their mask bool[S, B]."""
-    n = counts[client]
+    n = data.counts[client]
     perm = client_permutations(key, n, n_max, num_perms)
     j = jnp.arange(s_max)[:, None]
     b = jnp.arange(batch)[None, :]
@@ -429,11 +529,11 @@ def make_cohort_trainer(
       within = (j % steps_per_epoch) * batch + b
       mask = (within < n) & (j < steps)
       within = jnp.minimum(within, n_max - 1)
-    return offsets[client] + perm[epoch, within], mask
+    return data.offsets[client] + perm[epoch, within], mask
 
-  def batch_at(fidx, mask):
-    """The (x, y, mask) batch at flat example indices ``fidx``."""
-    return train_x[fidx], train_y[fidx], mask
+  def batch_at(data, fidx, mask):
+    """The (x, y, mask) batch at flat example indices ``fidx`` (x decoded to float32)."""
+    return decode_inputs(data.x[fidx], data.table, x_divisor), data.y[fidx], mask
 
   def local_step(opt, params, opt_state, global_params, batch, aux):
     """One local SGD step on ``batch`` = (x, y, mask): (loss, params, state)."""
@@ -441,14 +541,14 @@ def make_cohort_trainer(
     updates, opt_state = opt.update(grads, opt_state, params)
     return loss, optax.apply_updates(params, updates), opt_state
 
-  def train_one(global_params, fidx, mb, steps, aux, lr, num_iters):
+  def train_one(data, global_params, fidx, mb, steps, aux, lr, num_iters):
     opt = client_optimizer(lr)
     opt_state = opt.init(global_params)
 
     def body(j, carry):
       params, opt_state, loss_sum = carry
       loss, new_params, new_opt_state = local_step(
-        opt, params, opt_state, global_params, batch_at(fidx[j], mb[j]), aux
+        opt, params, opt_state, global_params, batch_at(data, fidx[j], mb[j]), aux
       )
       active = j < steps
       keep = lambda new, old: jnp.where(active, new, old)
@@ -462,7 +562,7 @@ def make_cohort_trainer(
     delta = jax.tree_util.tree_map(jnp.subtract, params, global_params)
     return delta, loss_sum / jnp.maximum(steps, 1).astype(jnp.float32)
 
-  def train_flat(global_params, cohort, valid, key, lr, aux) -> CohortResult:
+  def train_flat(data, global_params, cohort, valid, key, lr, aux) -> CohortResult:
     """``map``: one loop over every (client, step) pair, no padding.
 
     A loop over clients around a loop over steps (``lax.map`` of single-client chunks)
@@ -471,8 +571,10 @@ def make_cohort_trainer(
     here client c's steps are iterations ``starts[c] .. ends[c] - 1`` of one flat loop.
     """
     cohort = jnp.asarray(cohort, jnp.int32)
-    steps = jnp.where(valid, steps_all[cohort], 0)
-    fidx, mask = jax.vmap(client_batches)(slot_keys(key, num_selected), cohort, steps)
+    steps = jnp.where(valid, steps_per_client(data.counts, cfg)[cohort], 0)
+    fidx, mask = jax.vmap(client_batches, in_axes=(None, 0, 0, 0))(
+      data, slot_keys(key, num_selected), cohort, steps
+    )
     ends = jnp.cumsum(steps)
     starts = ends - steps
     opt = client_optimizer(lr)
@@ -493,7 +595,7 @@ def make_cohort_trainer(
       loss_sum = jnp.where(first, 0.0, loss_sum)
       aux_c = jax.tree_util.tree_map(lambda a: a[c], aux)
       loss, params, opt_state = local_step(
-        opt, params, opt_state, global_params, batch_at(fidx[c, j], mask[c, j]), aux_c
+        opt, params, opt_state, global_params, batch_at(data, fidx[c, j], mask[c, j]), aux_c
       )
       loss_sum = loss_sum + loss
       # client c's row is rewritten every step, so it ends as its last step's result
@@ -512,13 +614,13 @@ def make_cohort_trainer(
       padded_steps=jnp.sum(steps).astype(jnp.float32),
     )
 
-  def lanes_loop(global_params, cohort, steps, keys, lr, aux, lanes):
+  def lanes_loop(data, global_params, cohort, steps, keys, lr, aux, lanes):
     """The ``lanes`` loop over the m slots given (all of them, or one device's share).
 
     Returns (deltas [m, ...], loss f32[m], padded lane-steps f32[1]).
     """
     m = cohort.shape[0]
-    fidx, mask = jax.vmap(client_batches)(keys, cohort, steps)
+    fidx, mask = jax.vmap(client_batches, in_axes=(None, 0, 0, 0))(data, keys, cohort, steps)
     # spare row m: what a finished lane reads and writes
     fidx = jnp.concatenate([fidx, jnp.zeros_like(fidx[:1])])
     mask = jnp.concatenate([mask, jnp.zeros_like(mask[:1])])
@@ -563,7 +665,11 @@ def make_cohort_trainer(
       k = jax.vmap(lambda e: jnp.searchsorted(e, t, side="right"))(lane_end).T  # [K, L]
       c = lane_client[lane_ids, k]
       j = jnp.where(c < m, t[:, None] - lane_start[lane_ids, k], 0)
-      xs = (batch_at(fidx[c, j], mask[c, j]), c, jax.tree_util.tree_map(lambda a: a[c], aux_x))
+      xs = (
+        batch_at(data, fidx[c, j], mask[c, j]),
+        c,
+        jax.tree_util.tree_map(lambda a: a[c], aux_x),
+      )
 
       def inner(i, carry):
         batch_i, c_i, aux_i = jax.tree_util.tree_map(lambda a: a[i], xs)
@@ -584,7 +690,7 @@ def make_cohort_trainer(
     deltas = jax.tree_util.tree_map(lambda d: d[:m], deltas)
     return deltas, loss[:m], (num_iters * lanes).astype(jnp.float32)[None]
 
-  def train_lanes(global_params, cohort, valid, key, lr, aux) -> CohortResult:
+  def train_lanes(data, global_params, cohort, valid, key, lr, aux) -> CohortResult:
     """``lanes``: L = ``chunk`` lanes, each running its clients one after another.
 
     Clients are assigned to lanes longest first, each to the least loaded lane (LPT), so
@@ -603,10 +709,10 @@ def make_cohort_trainer(
     share (``shard_map``); batch orders are those of one device, so results are equal.
     """
     cohort = jnp.asarray(cohort, jnp.int32)
-    steps = jnp.where(valid, steps_all[cohort], 0)
+    steps = jnp.where(valid, steps_per_client(data.counts, cfg)[cohort], 0)
     keys = slot_keys(key, num_selected)
     if mesh is None:
-      deltas, loss, padded = lanes_loop(global_params, cohort, steps, keys, lr, aux, chunk)
+      deltas, loss, padded = lanes_loop(data, global_params, cohort, steps, keys, lr, aux, chunk)
     else:
       pad = m_pad - num_selected
       pad0 = lambda a: jnp.pad(a, [(0, pad)] + [(0, 0)] * (a.ndim - 1))
@@ -616,14 +722,14 @@ def make_cohort_trainer(
       take = lambda a: pad0(a)[perm]
       spec = P("clients")
       local = jax.shard_map(
-        lambda p, c, s, k, r, a: lanes_loop(p, c, s, k, r, a, chunk),
+        lambda d, p, c, s, k, r, a: lanes_loop(d, p, c, s, k, r, a, chunk),
         mesh=mesh,
-        in_specs=(P(), spec, spec, spec, P(), spec),
+        in_specs=(P(), P(), spec, spec, spec, P(), spec),
         out_specs=(spec, spec, spec),
         check_vma=False,
       )
       aux_p = jax.tree_util.tree_map(take, aux)
-      out = local(global_params, take(cohort), take(steps), take(keys), lr, aux_p)
+      out = local(data, global_params, take(cohort), take(steps), take(keys), lr, aux_p)
       inverse = jnp.argsort(perm)
       deltas, loss = jax.tree_util.tree_map(lambda a: a[inverse][:num_selected], out[:2])
       padded = out[2]
@@ -634,9 +740,9 @@ def make_cohort_trainer(
       padded_steps=jnp.sum(padded),
     )
 
-  def train(global_params, cohort, valid, key, lr, aux) -> CohortResult:
+  def train_chunked(data, global_params, cohort, valid, key, lr, aux) -> CohortResult:
     cohort = jnp.asarray(cohort, jnp.int32)
-    steps = jnp.where(valid, steps_all[cohort], 0)
+    steps = jnp.where(valid, steps_per_client(data.counts, cfg)[cohort], 0)
     pad = m_pad - num_selected
     cohort_p = jnp.pad(cohort, (0, pad))
     steps_p = jnp.pad(steps, (0, pad))
@@ -654,13 +760,15 @@ def make_cohort_trainer(
 
     def run_chunk(args):
       ids, chunk_steps, chunk_keys, chunk_aux = args
-      flat_idx, mask = jax.vmap(client_batches)(chunk_keys, ids, chunk_steps)
+      flat_idx, mask = jax.vmap(client_batches, in_axes=(None, 0, 0, 0))(
+        data, chunk_keys, ids, chunk_steps
+      )
       flat_idx, mask, chunk_steps_s, chunk_aux = _shard_leading(
         (flat_idx, mask, chunk_steps, chunk_aux), mesh
       )
       num_iters = jnp.max(chunk_steps)
-      delta, loss = jax.vmap(train_one, in_axes=(None, 0, 0, 0, 0, None, None))(
-        global_params, flat_idx, mask, chunk_steps_s, chunk_aux, lr, num_iters
+      delta, loss = jax.vmap(train_one, in_axes=(None, None, 0, 0, 0, 0, None, None))(
+        data, global_params, flat_idx, mask, chunk_steps_s, chunk_aux, lr, num_iters
       )
       return delta, loss, num_iters * chunk
 
@@ -685,10 +793,13 @@ def make_cohort_trainer(
     )
 
   @jax.jit
+  def train_single_with(data, global_params, client_id, key_i, lr, aux_i):
+    steps = steps_per_client(data.counts, cfg)[client_id]
+    flat_idx, mask = client_batches(data, key_i, client_id, steps)
+    return train_one(data, global_params, flat_idx, mask, steps, aux_i, lr, steps)
+
   def train_single(global_params, client_id, key_i, lr, aux_i):
-    steps = steps_all[client_id]
-    flat_idx, mask = client_batches(key_i, client_id, steps)
-    return train_one(global_params, flat_idx, mask, steps, aux_i, lr, steps)
+    return train_single_with(data, global_params, client_id, key_i, lr, aux_i)
 
   def per_client_loop(global_params, cohort, valid, key, lr, aux) -> CohortResult:
     """The same work as ``train``, one jitted client call after another (a reference)."""
@@ -703,7 +814,7 @@ def make_cohort_trainer(
       d, loss = train_single(global_params, cohort[i], jax.random.fold_in(key, i), lr, aux_i)
       deltas.append(d)
       losses.append(loss)
-    steps = jnp.where(valid, steps_all[jnp.asarray(cohort)], 0)
+    steps = jnp.where(valid, steps_np[np.asarray(cohort)], 0)
     return CohortResult(
       deltas=jax.tree_util.tree_map(lambda *a: jnp.stack(a), *deltas),
       loss=jnp.stack(losses),
@@ -712,15 +823,32 @@ def make_cohort_trainer(
     )
 
   if kind == "lanes":
-    train = train_lanes  # noqa: F811
+    train_with = train_lanes
   elif kind == "flat":
     # one client at a time: the flat loop (no nested loops, no vmap of a single client,
     # whose batch dimension of 1 takes XLA:CPU's slower batched-dot path; nothing to shard)
-    train = train_flat  # noqa: F811
+    train_with = train_flat
+  else:
+    train_with = train_chunked
+
+  def with_data(data_arg, global_params, cohort, valid, key, lr, aux) -> CohortResult:
+    _check_train_arrays(data_arg, data, n_max)
+    return train_with(data_arg, global_params, cohort, valid, key, lr, aux)
+
+  def train(global_params, cohort, valid, key, lr, aux) -> CohortResult:
+    return train_with(data, global_params, cohort, valid, key, lr, aux)
+
+  train.__name__ = train_with.__name__  # the loop it runs (train_lanes / train_flat / ...)
+  train.with_data = with_data
+  train.data = data
+  train.x_divisor = x_divisor
+  train.uses_mesh = uses_mesh
+  train.mesh = mesh if uses_mesh else None
+  train.put = put
   train.kind = kind
   train.chunk_size = chunk
   train.max_steps = s_max
-  train.steps_per_client = steps_all
+  train.steps_per_client = jnp.asarray(steps_np, jnp.int32)
   train.per_client_loop = per_client_loop
   train.train_single = train_single
   return train

@@ -72,6 +72,58 @@ class RoundState:
   skipped_updates: jax.Array  # i32[], rounds whose global update was non-finite
 
 
+class SimulationData(NamedTuple):
+  """Every array the compiled round and evaluation read besides the state.
+
+  They enter ``round_step``, ``run_rounds`` and ``evaluate`` (and the selection context's
+  ``client_losses`` / ``client_test_losses`` / ``eval_value``) as an argument, never as
+  constants, so a program is compiled once per shape whatever the data's values, and
+  compile time and memory do not grow with the dataset (issue 23).
+
+  Attributes:
+    train: the flat training arrays (``engine.TrainArrays``).
+    test: the global test set (``evaluation.EvalArrays``).
+    local_test: the clients' local test sets, client after client.
+    local_offsets, local_counts: i32[N] each client's slice of ``local_test``.
+    local_client_of: i32[n_local] the client of each local test example.
+    local_inv_counts: f32[N] ``1 / max(local_counts, 1)`` (computed on the host).
+    projection: f32[P, d] the update-sketch projection (d = 0 unless sketches are kept).
+    noise: f32[E, ...] the shared noise inputs of functional embeddings.
+  """
+
+  train: engine_lib.TrainArrays
+  test: evaluation.EvalArrays
+  local_test: evaluation.EvalArrays
+  local_offsets: jax.Array
+  local_counts: jax.Array
+  local_client_of: jax.Array
+  local_inv_counts: jax.Array
+  projection: jax.Array
+  noise: jax.Array
+
+
+class _DataBound:
+  """A jitted ``f(data, *args)`` called as ``f(*args)`` with the simulation's device data,
+  so the data are an argument of the compiled program. ``_cache_size``, ``lower`` and
+  ``with_data(data, *args)`` (the same program on other data of equal shapes) pass through."""
+
+  def __init__(self, jitted, sim: Simulation):
+    self.jitted = jitted
+    self._sim = sim
+
+  def __call__(self, *args, **kwargs):
+    return self.jitted(self._sim.device_data, *args, **kwargs)
+
+  def with_data(self, data: SimulationData, *args, **kwargs):
+    return self.jitted(data, *args, **kwargs)
+
+  def lower(self, *args, **kwargs):
+    return self.jitted.lower(self._sim.device_data, *args, **kwargs)
+
+  def _cache_size(self) -> int:
+    return self.jitted._cache_size()
+
+
 class SimulationConfig(NamedTuple):
   """Static settings of the round loop."""
 
@@ -91,6 +143,10 @@ class SimulationConfig(NamedTuple):
   num_noise_inputs: int = 16
   loss_examples: int = 64  # examples per client for ctx.client_losses
   engine: engine_lib.EngineConfig = engine_lib.EngineConfig()
+  # test examples per model call in evaluation: 1024 keeps results bit for bit as before
+  # issue 23; a CNN's evaluation temporaries are ~1.3 GB at 1024 (cnn_mnist), ~4x less at
+  # 256 (other chunk sizes change results by float rounding, ~5e-7)
+  eval_chunk: int = 1024
 
 
 def make_server_optimizer(name: str, lr: float, momentum: float = 0.9):
@@ -200,6 +256,7 @@ class Simulation:
       config.lr_step_gamma,
     )
     check_range("sketch_dim", config.sketch_dim, 1)
+    check_range("eval_chunk", config.eval_chunk, 1)
     num_clients = data.num_clients
     num_selected = int(selection.num_selected)
     if num_selected < 1 or num_selected > num_clients:
@@ -222,43 +279,139 @@ class Simulation:
     )
     train = data.train
     p = num_params(model)  # the auto parallelism rule and the sketch size
-    self.train_x = jnp.asarray(train.x)
-    self.train_y = jnp.asarray(train.y)
+    x_divisor = float(getattr(data, "x_divisor", 1.0))
+    self.x_divisor = x_divisor
+    # The engine puts the training arrays on device in their stored dtype (replicated on
+    # the client mesh when its loop uses several devices); the other arrays go where they
+    # are. None is closed into a compiled program: see SimulationData.
     self.trainer = engine_lib.make_cohort_trainer(
       model.apply,
       client_update,
       make_client_optimizer(
         config.client_optimizer, config.client_momentum, config.client_weight_decay
       ),
-      self.train_x,
-      self.train_y,
+      train.x,
+      train.y,
       train.offsets,
       train.counts,
       config.engine,
       num_selected,
       conv=model.conv,
       num_params=p,
+      x_divisor=x_divisor,
     )
-    self.global_eval = evaluation.make_global_eval(model.apply, data.test_x, data.test_y)
-    self.client_eval = evaluation.make_per_client_eval(
-      model.apply, data.test.x, data.test.y, data.test.counts
-    )
-    self._offsets = jnp.asarray(train.offsets, jnp.int32)
-    self._counts = jnp.asarray(train.counts, jnp.int32)
-    self._num_examples_f = jnp.asarray(train.counts, jnp.float32)
+    self._mesh = self.trainer.mesh  # evaluation deals its chunks over the same devices
+    self._n_max = max(int(np.max(train.counts, initial=0)), 1)
+    self._local_width = max(int(np.max(data.test.counts, initial=0)), 1)
+    # every client has local test data (the usual case): a static fact of the evaluation
+    self._all_local = bool(np.all(np.asarray(data.test.counts) > 0))
     # The sketch projection and the noise inputs of functional embeddings are fixed
     # (seed 0 of their own), independent of the run's seed: the same for every method.
     k_proj, k_noise = jax.random.split(jax.random.PRNGKey(config.sketch_seed))
     uses = selection.uses_updates
     d = min(config.sketch_dim, p) if uses else 0
-    self._projection = make_projection(k_proj, p, d) if d else jnp.zeros((p, 0), jnp.float32)
-    self._noise = jax.random.normal(
-      k_noise, (config.num_noise_inputs, *model.input_shape), jnp.float32
-    )
+    projection = make_projection(k_proj, p, d) if d else jnp.zeros((p, 0), jnp.float32)
+    noise = jax.random.normal(k_noise, (config.num_noise_inputs, *model.input_shape), jnp.float32)
     self._embedding_dim = config.num_noise_inputs * model.num_classes if uses else 0
-    self.round_step = jax.jit(self._round_step)
-    self.run_rounds = jax.jit(self._run_rounds, static_argnums=1, donate_argnums=0)
-    self.evaluate = jax.jit(self._evaluate)
+    put = self.trainer.put
+    self.device_data = self._put_eval(data)._replace(
+      train=self.trainer.data, projection=put(projection), noise=put(noise)
+    )
+    self.round_step = _DataBound(jax.jit(self._round_step_with), self)
+    self.run_rounds = _DataBound(
+      jax.jit(self._run_rounds_with, static_argnums=2, donate_argnums=1), self
+    )
+    self.evaluate = _DataBound(jax.jit(self._evaluate_with), self)
+
+  # ---------------------------------------------------------------- data
+  def _put_eval(self, data: FederatedData) -> SimulationData:
+    """The test arrays of ``data`` on device, where the trainer keeps its training arrays."""
+    put = self.trainer.put
+    x_divisor = float(getattr(data, "x_divisor", 1.0))
+    counts = np.asarray(data.test.counts, np.int32)
+    return SimulationData(
+      train=None,
+      test=evaluation.eval_arrays(data.test_x, data.test_y, x_divisor, put),
+      local_test=evaluation.eval_arrays(data.test.x, data.test.y, x_divisor, put),
+      local_offsets=put(np.asarray(data.test.offsets, np.int32)),
+      local_counts=put(counts),
+      local_client_of=put(evaluation.client_of_examples(counts)),
+      local_inv_counts=put(evaluation.inverse_counts(counts)),
+      projection=None,
+      noise=None,
+    )
+
+  def put_data(self, data: FederatedData) -> SimulationData:
+    """Another dataset of the same shapes and dtypes on device, for
+    ``round_step.with_data`` / ``run_rounds.with_data`` / ``evaluate.with_data``: the
+    compiled programs are reused, not recompiled. Its clients may hold at most as many
+    training (local test) examples as the longest client of the data this simulation was
+    built for."""
+    x_divisor = float(getattr(data, "x_divisor", 1.0))
+    if x_divisor != self.x_divisor:
+      raise ValueError(f"x_divisor={x_divisor}; allowed: {self.x_divisor} (this simulation's)")
+    tr = data.train
+    new = self._put_eval(data)._replace(
+      train=engine_lib.train_arrays(tr.x, tr.y, tr.offsets, tr.counts, x_divisor, self.trainer.put),
+      projection=self.device_data.projection,
+      noise=self.device_data.noise,
+    )
+    engine_lib._check_train_arrays(new.train, self.device_data.train, self._n_max)
+    for (path, a), b in zip(
+      jax.tree_util.tree_leaves_with_path(new), jax.tree_util.tree_leaves(self.device_data)
+    ):
+      if a.shape != b.shape or a.dtype != b.dtype:
+        raise ValueError(
+          f"data{jax.tree_util.keystr(path)}: {a.dtype}{list(a.shape)}; allowed: "
+          f"{b.dtype}{list(b.shape)} (the shapes and dtypes this simulation was built for)"
+        )
+    if bool(np.all(np.asarray(data.test.counts) > 0)) != self._all_local:
+      raise ValueError(
+        "local test counts: every client must hold local test examples or not, as in the "
+        "data this simulation was built for"
+      )
+    if int(np.max(data.test.counts, initial=0)) > self._local_width:
+      raise ValueError(
+        f"local test counts: a client holds {int(np.max(data.test.counts))} examples; "
+        f"allowed: at most {self._local_width}"
+      )
+    return new
+
+  @property
+  def train_x(self) -> jax.Array:
+    """The training examples on device, in their stored dtype."""
+    return self.device_data.train.x
+
+  @property
+  def train_y(self) -> jax.Array:
+    return self.device_data.train.y
+
+  def global_eval(self, params, data: SimulationData | None = None):
+    """(test loss, test accuracy) of ``params`` on the global test set."""
+    data = self.device_data if data is None else data
+    return evaluation.global_stats(
+      self.model.apply,
+      params,
+      data.test,
+      self.config.eval_chunk,
+      divisor=self.x_divisor,
+      mesh=self._mesh,
+    )
+
+  def client_eval(self, params, data: SimulationData | None = None):
+    """(loss f32[N], accuracy f32[N], has_data bool[N]) on the clients' local test sets."""
+    data = self.device_data if data is None else data
+    return evaluation.per_client_stats(
+      self.model.apply,
+      params,
+      data.local_test,
+      data.local_counts,
+      self.config.eval_chunk,
+      divisor=self.x_divisor,
+      mesh=self._mesh,
+      client_of=data.local_client_of,
+      inv_counts=data.local_inv_counts,
+    )
 
   # ---------------------------------------------------------------- state
   def init(self, seed: int = 0, availability_seed: int | None = None) -> RoundState:
@@ -281,7 +434,7 @@ class Simulation:
     a_init, a_round = split_availability_key(akey)
     params = jax.jit(self.model.init)(k_model)
     n = self.num_clients
-    d = self._projection.shape[1]
+    d = self.device_data.projection.shape[1]
     e = self._embedding_dim
     return RoundState(
       params=params,
@@ -305,37 +458,56 @@ class Simulation:
     )
 
   # ---------------------------------------------------------------- pieces
-  def _client_losses(self, params, ids):
+  def _client_losses(self, data: SimulationData, params, ids):
     """Global model's mean loss on up to ``loss_examples`` of each listed client."""
+    tr = data.train
     return _mean_client_losses(
-      self.model.apply, params, ids, self.train_x, self.train_y, self._offsets, self._counts,
+      self.model.apply,
+      params,
+      ids,
+      tr.x,
+      tr.y,
+      tr.offsets,
+      tr.counts,
       self.config.loss_examples,
+      tr.table,
+      self.x_divisor,
     )
 
-  def _client_test_losses(self, params, ids):
+  def _client_test_losses(self, data: SimulationData, params, ids):
     """Global model's mean loss on each listed client's whole local test split."""
-    test = self.data.test
-    width = max(int(np.max(test.counts, initial=0)), 1)
+    te = data.local_test
     return _mean_client_losses(
-      self.model.apply, params, ids, jnp.asarray(test.x), jnp.asarray(test.y),
-      jnp.asarray(test.offsets, jnp.int32), jnp.asarray(test.counts, jnp.int32), width,
+      self.model.apply,
+      params,
+      ids,
+      te.x,
+      te.y,
+      data.local_offsets,
+      data.local_counts,
+      self._local_width,
+      te.table,
+      self.x_divisor,
     )
 
-  def _eval_value(self, params):
-    return self.global_eval(params)[1]
+  def _eval_value(self, data: SimulationData, params):
+    return self.global_eval(params, data)[1]
 
-  def context(self, state: RoundState, probs) -> SelectionContext:
+  def context(
+    self, state: RoundState, probs, data: SimulationData | None = None
+  ) -> SelectionContext:
+    data = self.device_data if data is None else data
     return SelectionContext(
       params=state.params,
-      client_losses=functools.partial(self._client_losses, state.params),
+      client_losses=functools.partial(self._client_losses, data, state.params),
       update_sketch=state.update_sketch,
       embeddings=state.embeddings,
       seen=state.seen,
       avail_probs=probs,
-      num_examples=self.info.num_examples,
-      eval_value=self._eval_value,
+      num_examples=data.train.counts,
+      eval_value=functools.partial(self._eval_value, data),
       round=state.round,
-      client_test_losses=functools.partial(self._client_test_losses, state.params),
+      client_test_losses=functools.partial(self._client_test_losses, data, state.params),
     )
 
   def client_lr(self, t):
@@ -343,24 +515,32 @@ class Simulation:
 
   # ---------------------------------------------------------------- one round
   def _round_step(self, state: RoundState) -> tuple[RoundState, dict]:
+    """One round on this simulation's data, closed over (for callers that jit it
+    themselves; ``round_step`` passes the data as an argument)."""
+    return self._round_step_with(self.device_data, state)
+
+  def _round_step_with(self, data: SimulationData, state: RoundState) -> tuple[RoundState, dict]:
     t = state.round
     key_t = jax.random.fold_in(state.key, t)
     k_sel, k_train = jax.random.split(key_t)
     avail_key_t = jax.random.fold_in(state.availability_key, t)
     probs = self.availability.probs(state.availability_state, t)
     avail, availability_state = self.availability.sample(state.availability_state, avail_key_t, t)
-    ctx = self.context(state, probs)
+    ctx = self.context(state, probs, data)
     selection, selection_state = self.selection.select(state.selection_state, k_sel, avail, t, ctx)
     valid = selection.valid
     lr = self.client_lr(t)
     aux = self.client_update.prepare(state.client_state, selection.cohort)
-    result = self.trainer(state.params, selection.cohort, valid, k_train, lr, aux)
+    result = self.trainer.with_data(
+      data.train, state.params, selection.cohort, valid, k_train, lr, aux
+    )
 
     # Non-finite client updates are masked out of everything downstream and counted.
     finite = valid & _all_finite_per_slot(result.deltas) & jnp.isfinite(result.loss)
     deltas = _mask_slots(result.deltas, finite)
     used = Selection(selection.cohort, finite, jnp.where(finite, selection.weights, 0.0))
-    agg_aux = AggregationAux(avail_probs=probs, num_examples=self._num_examples_f, finite=finite)
+    num_examples_f = data.train.counts.astype(jnp.float32)
+    agg_aux = AggregationAux(avail_probs=probs, num_examples=num_examples_f, finite=finite)
     update, aggregation_state = self.aggregator.apply(
       state.aggregation_state, deltas, used, avail, t, aux=agg_aux
     )
@@ -381,7 +561,7 @@ class Simulation:
     )
     if self.selection.observe is not None:
       selection_state = self.selection.observe(selection_state, used, deltas, result.loss, ctx)
-    update_sketch, embeddings, seen = self._remember(state, used, deltas)
+    update_sketch, embeddings, seen = self._remember(data, state, used, deltas)
 
     n = self.num_clients
     target = jnp.where(valid, selection.cohort, n)
@@ -416,15 +596,15 @@ class Simulation:
     }
     return new_state, metrics
 
-  def _remember(self, state, used: Selection, deltas):
+  def _remember(self, data: SimulationData, state, used: Selection, deltas):
     if not self.selection.uses_updates:
       return state.update_sketch, state.embeddings, state.seen
     n = self.num_clients
     target = jnp.where(used.valid, used.cohort, n)
     flat = flatten_stacked(deltas)
-    sk = sketch_updates(flat, self._projection)
+    sk = sketch_updates(flat, data.projection)
     local_params = jax.tree_util.tree_map(lambda g, d: g[None] + d, state.params, deltas)
-    emb = jax.vmap(lambda p: jax.nn.softmax(self.model.apply(p, self._noise), -1).reshape(-1))(
+    emb = jax.vmap(lambda p: jax.nn.softmax(self.model.apply(p, data.noise), -1).reshape(-1))(
       local_params
     )
     return (
@@ -433,18 +613,18 @@ class Simulation:
       state.seen.at[target].set(True, mode="drop"),
     )
 
-  def _run_rounds(self, state: RoundState, num_rounds: int):
+  def _run_rounds_with(self, data: SimulationData, state: RoundState, num_rounds: int):
     def body(s, _):
-      return self._round_step(s)
+      return self._round_step_with(data, s)
 
     return jax.lax.scan(body, state, None, length=num_rounds)
 
   # ---------------------------------------------------------------- evaluation
-  def _evaluate(self, state: RoundState) -> dict:
-    test_loss, test_acc = self.global_eval(state.params)
-    _, acc_k, has = self.client_eval(state.params)
+  def _evaluate_with(self, data: SimulationData, state: RoundState) -> dict:
+    test_loss, test_acc = self.global_eval(state.params, data)
+    _, acc_k, has = self.client_eval(state.params, data)
     out = {"test_loss": test_loss, "test_accuracy": test_acc}
-    out.update(evaluation.accuracy_distribution(acc_k, has))
+    out.update(evaluation.accuracy_distribution(acc_k, None if self._all_local else has))
     counts = state.sampling_counts.astype(jnp.float32)
     out["sampling_count_mean"] = jnp.mean(counts)
     out["sampling_count_var"] = jnp.var(counts)
@@ -454,13 +634,15 @@ class Simulation:
     return out
 
 
-def _mean_client_losses(apply, params, ids, x, y, offsets, counts, width):
-  """f32[K]: mean loss of ``params`` on the first ``width`` examples of each client in ids."""
+def _mean_client_losses(apply, params, ids, x, y, offsets, counts, width, table, divisor=1.0):
+  """f32[K]: mean loss of ``params`` on the first ``width`` examples of each client in ids
+  (x decoded to float32 with ``table`` / ``divisor``, see ``engine.decode_inputs``)."""
   n = counts[ids]
   j = jnp.arange(width)
   idx = offsets[ids][:, None] + jnp.minimum(j[None], jnp.maximum(n[:, None] - 1, 0))
   mask = (j[None] < n[:, None]).astype(jnp.float32)
-  logits = jax.vmap(apply, in_axes=(None, 0))(params, x[idx])
+  inputs = engine_lib.decode_inputs(x[idx], table, divisor)
+  logits = jax.vmap(apply, in_axes=(None, 0))(params, inputs)
   loss = optax.softmax_cross_entropy_with_integer_labels(logits, y[idx])
   return jnp.sum(loss * mask, -1) / jnp.maximum(jnp.sum(mask, -1), 1.0)
 

@@ -2,6 +2,11 @@
 
 A client's examples are ``x[offsets[k] : offsets[k] + counts[k]]``; there is never a
 padded ``[N, n_max, ...]`` copy. Batches are gathered by index inside jit.
+
+Stored dtype: examples are float32, or kept as stored (uint8 images) with
+``FederatedData.x_divisor`` saying how they become model inputs: ``x / x_divisor`` in
+float32 (255 for 8-bit pixels), applied in the batch gather on device, so an image takes 1
+byte per pixel in memory instead of 4. ``decode(x, x_divisor)`` is the same on the host.
 """
 
 from __future__ import annotations
@@ -18,7 +23,8 @@ class ClientSplit(NamedTuple):
   """One split (train or test) of a federated dataset.
 
   Attributes:
-    x: f32[n_total, ...] all clients' examples, client after client.
+    x: f32[n_total, ...] (or uint8, see ``FederatedData.x_divisor``) all clients' examples,
+      client after client.
     y: i32[n_total] labels.
     offsets: i32[N] index of each client's first example.
     counts: i32[N] number of examples of each client.
@@ -49,6 +55,8 @@ class FederatedData(NamedTuple):
     name: a short description, e.g. ``synthetic(0.5,0.5)``.
     extras: optional dataset-specific facts (e.g. the true per-client models of
       Synthetic, the group of each client of a clustered partition).
+    x_divisor: model inputs are ``x / x_divisor`` in float32; 1.0 for float data, 255.0
+      for uint8 images (train, local test and global test examples alike).
   """
 
   train: ClientSplit
@@ -58,6 +66,7 @@ class FederatedData(NamedTuple):
   num_classes: int
   name: str = ""
   extras: dict | None = None
+  x_divisor: float = 1.0
 
   @property
   def num_clients(self) -> int:
@@ -78,6 +87,27 @@ class FederatedData(NamedTuple):
       num_examples=jnp.asarray(self.train.counts, jnp.int32),
       label_counts=jnp.asarray(label_counts(self.train, self.num_classes), jnp.int32),
     )
+
+
+STORED_DTYPES = (np.uint8, np.uint16)
+
+
+def stored_x(x: np.ndarray) -> np.ndarray:
+  """Examples as a split keeps them: uint8 / uint16 as they are, anything else float32."""
+  x = np.asarray(x)
+  if x.dtype in STORED_DTYPES:
+    return x
+  return x.astype(np.float32, copy=False)
+
+
+def decode(x: np.ndarray, x_divisor: float = 1.0) -> np.ndarray:
+  """Model inputs f32 from stored examples, on the host: ``x.astype(float32) / x_divisor``
+  (what the device's batch gather computes, bit for bit)."""
+  x = np.asarray(x)
+  if x.dtype == np.float32 and x_divisor == 1.0:
+    return x
+  x = x.astype(np.float32)
+  return x if x_divisor == 1.0 else x / np.float32(x_divisor)
 
 
 def check_split(split: ClientSplit, name: str, num_classes: int) -> None:
@@ -145,7 +175,7 @@ def split_from_lists(xs: list[np.ndarray], ys: list[np.ndarray]) -> ClientSplit:
   """Builds a ClientSplit from per-client arrays (may be empty)."""
   counts = np.array([len(y) for y in ys], np.int32)
   offsets = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int32)
-  x = np.concatenate(xs, axis=0).astype(np.float32)
+  x = stored_x(np.concatenate(xs, axis=0))
   y = np.concatenate(ys, axis=0).astype(np.int32)
   return ClientSplit(x=x, y=y, offsets=offsets, counts=counts)
 
@@ -158,7 +188,7 @@ def split_from_indices(
   counts = np.array([len(i) for i in client_indices], np.int32)
   offsets = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int32)
   return ClientSplit(
-    x=np.asarray(x[order], np.float32),
+    x=stored_x(np.asarray(x)[order]),
     y=np.asarray(y[order], np.int32),
     offsets=offsets,
     counts=counts,

@@ -35,7 +35,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from fedjax_sel.data.federated import FederatedData, split_from_indices
+from fedjax_sel.data.federated import FederatedData, split_from_indices, stored_x
 from fedjax_sel.data.partitions import PARTITIONS, make_partition
 
 DATASETS = ("synthetic", "digits", "mnist", "fashion_mnist", "cifar10", "emnist")
@@ -86,13 +86,15 @@ def federate(
   examples_per_client: int | None = None,
   test_fraction: float = DEFAULT_TEST_FRACTION,
   name: str = "",
+  x_divisor: float = 1.0,
   **hparams: Any,
 ) -> FederatedData:
   """Partitions a centralized pool into a FederatedData (used by ``load``).
 
   Args:
-    x: f32[n, ...] pool examples; y: i32[n] pool labels.
-    test_x: f32[n_test, ...], test_y: i32[n_test]: the global test set.
+    x: f32[n, ...] pool examples (or uint8 images, kept as such, with ``x_divisor``);
+      y: i32[n] pool labels.
+    test_x: f32[n_test, ...] (or uint8), test_y: i32[n_test]: the global test set.
     num_classes: C.
     num_clients: N, 1 <= N <= n.
     partition: a name in ``PARTITIONS``.
@@ -100,6 +102,8 @@ def federate(
     examples_per_client: cap E on training examples per client (>= 1) or None.
     test_fraction: share f in [0, 1) of each client's examples kept as local test set.
     name: description stored in the result.
+    x_divisor: model inputs are ``x / x_divisor`` (``FederatedData.x_divisor``): 255 for
+      uint8 pixels, 1 for float data.
     **hparams: the partition's hyper-parameters (see ``partitions.make_partition``).
 
   Returns:
@@ -135,11 +139,12 @@ def federate(
   return FederatedData(
     train=split_from_indices(x, y, train_idx),
     test=split_from_indices(x, y, test_idx),
-    test_x=np.asarray(test_x, np.float32),
+    test_x=stored_x(test_x),
     test_y=np.asarray(test_y, np.int32),
     num_classes=int(num_classes),
     name=name,
     extras=extras,
+    x_divisor=float(x_divisor),
   )
 
 
@@ -162,15 +167,25 @@ def _tfds_default_has(dataset: str) -> bool:
   return os.path.isdir(os.path.join(os.path.expanduser(root), name))
 
 
-def _load_tfds_pool(dataset: str, data_dir: str | None) -> Pool:
+def _load_tfds_pool(dataset: str, data_dir: str | None, image_dtype: str = "float32") -> Pool:
   from fedjax_sel.data import tfds_loaders
 
-  x, y = tfds_loaders.load_tfds(dataset, data_dir, "train")
-  tx, ty = tfds_loaders.load_tfds(dataset, data_dir, "test")
+  x, y = tfds_loaders.load_tfds(dataset, data_dir, "train", dtype=image_dtype)
+  tx, ty = tfds_loaders.load_tfds(dataset, data_dir, "test", dtype=image_dtype)
   return Pool(x, y, tx, ty, tfds_loaders.num_classes(dataset))
 
 
-def load_pool(dataset: str, data_dir: str | None = None) -> Pool:
+IMAGE_DTYPES = ("float32", "uint8")
+PIXEL_DIVISOR = 255.0  # uint8 pixels / 255 = the float32 images in [0, 1]
+
+
+def _check_image_dtype(image_dtype: Any) -> str:
+  if image_dtype not in IMAGE_DTYPES:
+    raise ValueError(f"image_dtype={image_dtype!r}; allowed: {', '.join(IMAGE_DTYPES)}")
+  return image_dtype
+
+
+def load_pool(dataset: str, data_dir: str | None = None, *, image_dtype: str = "float32") -> Pool:
   """The centralized train and test splits of a real dataset, from wherever they are.
 
   The one place that maps a dataset name to its source: ``load`` partitions this pool, and
@@ -181,9 +196,12 @@ def load_pool(dataset: str, data_dir: str | None = None) -> Pool:
     dataset: one of ``REAL_DATASETS`` (digits, mnist, fashion_mnist, cifar10, emnist).
     data_dir: a folder holding MNIST / Fashion-MNIST IDX files or prepared TFDS data (must
       exist); None searches the usual places (see the module docstring). Ignored by digits.
+    image_dtype: ``"float32"`` (pixels / 255) or ``"uint8"`` (the stored pixels, a quarter
+      of the memory: models see them / ``PIXEL_DIVISOR``, converted on device). Digits is
+      always float32.
 
   Returns:
-    Pool(x f32[n, H, W, C] in [0, 1], y i32[n], test_x, test_y, num_classes).
+    Pool(x f32[n, H, W, C] in [0, 1] (or uint8), y i32[n], test_x, test_y, num_classes).
 
   Raises:
     ValueError: unknown dataset. DatasetNotFoundError: the data or its reader is missing.
@@ -191,6 +209,7 @@ def load_pool(dataset: str, data_dir: str | None = None) -> Pool:
   """
   if not isinstance(dataset, str) or dataset not in REAL_DATASETS:
     raise ValueError(f"unknown dataset {dataset!r} for a pool; allowed: {', '.join(REAL_DATASETS)}")
+  image_dtype = _check_image_dtype(image_dtype)
   if dataset == "digits":
     from fedjax_sel.data.digits import NUM_CLASSES, load_digits
 
@@ -203,18 +222,22 @@ def load_pool(dataset: str, data_dir: str | None = None) -> Pool:
       "on a machine with internet (`pip install fedjax_sel[tfds]`)"
     )
   if dataset not in IDX_NAMES:
-    return _load_tfds_pool(dataset, data_dir)
+    return _load_tfds_pool(dataset, data_dir, image_dtype)
   from fedjax_sel.data import idx
 
   folder = idx.find_idx_dir(dataset, data_dir)
   if folder is not None:
     (x, y), (tx, ty) = idx.load_idx(dataset, folder, "train"), idx.load_idx(dataset, folder, "test")
+    if image_dtype == "uint8" and x.dtype != np.uint8:
+      # until idx.load_idx returns the stored pixels: k / 255 in float32 times 255 rounds
+      # back to k exactly
+      x, tx = (np.rint(a * np.float32(PIXEL_DIVISOR)).astype(np.uint8) for a in (x, tx))
     return Pool(x, y, tx, ty, idx.IDX_DATASETS[dataset][0])
   searched = idx.search_dirs(dataset, data_dir)
   if data_dir is None and not _tfds_default_has(dataset):
     raise DatasetNotFoundError(idx.missing_message(dataset, searched))
   try:
-    return _load_tfds_pool(dataset, data_dir)
+    return _load_tfds_pool(dataset, data_dir, image_dtype)
   except DatasetNotFoundError as err:
     raise DatasetNotFoundError(
       f"{idx.missing_message(dataset, searched)}; nor could TFDS read it: {err}"
@@ -236,6 +259,7 @@ def load(
   data_dir: str | None = None,
   examples_per_client: int | None = None,
   test_fraction: float | None = None,
+  image_dtype: str = "float32",
   **hparams: Any,
 ) -> FederatedData:
   """Loads a federated dataset by name.
@@ -253,6 +277,9 @@ def load(
       enough (see the module docstring); None keeps the partition's sizes.
     test_fraction: each client's local test share in [0, 1); None means 0.2 for real
       datasets and the generator's own 0.1 for ``synthetic``.
+    image_dtype: images as ``"float32"`` in [0, 1] or as their stored ``"uint8"`` pixels
+      (``x_divisor = 255``: a quarter of the memory, decoded in the batch gather on device,
+      bit for bit the float32 inputs). Ignored by ``synthetic`` and ``digits``.
     **hparams: ``synthetic``: alpha, beta, iid, recipe (``fedprox`` or ``fedgs``); otherwise the partition's
       hyper-parameters (e.g. ``alpha`` for dirichlet, ``labels_per_client`` for shards).
 
@@ -297,7 +324,8 @@ def load(
     raise ValueError(
       f"unknown partition {partition!r} for dataset {dataset!r}; allowed: {', '.join(PARTITIONS)}"
     )
-  x, y, tx, ty, num_classes = load_pool(dataset, data_dir)
+  image_dtype = _check_image_dtype(image_dtype)
+  x, y, tx, ty, num_classes = load_pool(dataset, data_dir, image_dtype=image_dtype)
   if num_clients > len(y):
     raise ValueError(
       f"num_clients={num_clients} is out of range for {dataset} ({len(y)} pool examples); "
@@ -315,5 +343,6 @@ def load(
     examples_per_client=examples_per_client,
     test_fraction=DEFAULT_TEST_FRACTION if test_fraction is None else test_fraction,
     name=_describe(dataset, partition, hparams),
+    x_divisor=PIXEL_DIVISOR if x.dtype == np.uint8 else 1.0,
     **hparams,
   )

@@ -1,6 +1,7 @@
 """Image classification datasets read from a local TFDS ``data_dir`` (never downloaded).
 
-``load_tfds(name, data_dir, split)`` returns ``(x f32[n, H, W, C] in [0, 1], y i32[n])``.
+``load_tfds(name, data_dir, split)`` returns ``(x f32[n, H, W, C] in [0, 1], y i32[n])``
+(``dtype="uint8"``: the stored pixels, decoded to the same floats on device).
 ``tensorflow_datasets`` is imported lazily (the ``[tfds]`` extra). Two readers:
 
 - ``"tf"`` (default when TensorFlow is installed): ``tfds.load(..., download=False,
@@ -112,8 +113,16 @@ def _read_data_source(
   return {k: np.stack([np.asarray(r[k]) for r in records]) for k in ("image", "label")}
 
 
+DTYPES = ("float32", "uint8")
+
+
 def load_tfds(
-  name: str, data_dir: str | None, split: str = "train", *, backend: str = "auto"
+  name: str,
+  data_dir: str | None,
+  split: str = "train",
+  *,
+  backend: str = "auto",
+  dtype: str = "float32",
 ) -> tuple[np.ndarray, np.ndarray]:
   """Reads one split of a TFDS image dataset from ``data_dir`` as numpy arrays.
 
@@ -124,9 +133,13 @@ def load_tfds(
     split: ``"train"`` or ``"test"`` (any TFDS split string is passed through).
     backend: ``"auto"`` (TensorFlow if installed, else ``data_source``), ``"tf"`` or
       ``"data_source"``.
+    dtype: ``"float32"`` (pixels / 255) or ``"uint8"`` (the stored pixels; a
+      ``FederatedData`` with ``x_divisor=255`` decodes them on device, bit for bit the
+      float32 values).
 
   Returns:
-    x: f32[n, H, W, C] pixel values scaled to [0, 1]; y: i32[n] labels in [0, C).
+    x: f32[n, H, W, C] pixel values scaled to [0, 1] (uint8 [n, H, W, C] with
+    ``dtype="uint8"``); y: i32[n] labels in [0, C).
 
   Raises:
     DatasetNotFoundError: the package, the folder or the prepared data is missing.
@@ -135,6 +148,8 @@ def load_tfds(
   spec = _spec(name)
   if backend not in BACKENDS:
     raise ValueError(f"unknown backend {backend!r}; allowed: {', '.join(BACKENDS)}")
+  if dtype not in DTYPES:
+    raise ValueError(f"dtype={dtype!r}; allowed: {', '.join(DTYPES)}")
   if not isinstance(split, str) or not split:
     raise ValueError(f"split={split!r} must be a TFDS split name such as 'train' or 'test'")
   if data_dir is not None and not os.path.isdir(os.path.expanduser(str(data_dir))):
@@ -171,7 +186,10 @@ def load_tfds(
     x = x[..., None]
   if spec.transpose:
     x = np.swapaxes(x, 1, 2)
-  x = x.astype(np.float32) / np.float32(255.0)
+  if dtype == "float32":
+    x = x.astype(np.float32) / np.float32(255.0)
+  elif x.dtype != np.uint8:
+    raise ValueError(f"{name}: images stored as {x.dtype}; dtype='uint8' needs uint8 pixels")
   y = arrays["label"].astype(np.int64) - spec.label_offset
   if y.size and (y.min() < 0 or y.max() >= spec.num_classes):
     raise ValueError(
