@@ -247,3 +247,17 @@ def test_fedar_rejects_bad_constants(hp, match):
 
   with pytest.raises(ValueError, match=match.replace("(", r"\(")):
     aggregation.make("fedar", **hp)
+
+
+def test_fedar_default_psi_cap():
+  """rho = 1 makes (tau + 1)^rho exceed the default cap psi_max = 2 from tau = 2 on."""
+  agg = lib.build("fedar", {"rho": 1.0})
+  apply = jax.jit(agg.apply)
+  state = agg.init(lib.make_params(), lib.make_info(np.ones(2)))
+  d1 = np.array([0.0, 3.0])
+  for t in range(4):
+    avail = jnp.array([True, t == 0])
+    deltas = lib.deltas_from_b([[1.0, 0.0], d1])
+    update, state = apply(state, deltas, lib.selection_of(jnp.arange(2), avail), avail, t)
+    want = (np.array([1.0, 0.0]) + [1.0, 2.0, 2.0, 2.0][t] * d1) / 2
+    np.testing.assert_allclose(np.asarray(update["b"]), want, rtol=1e-6, err_msg=f"t={t}")
