@@ -715,19 +715,23 @@ def main(argv):
     raise app.UsageError(str(e)) from None
   if f.quick and not f["seeds"].present:
     seeds = seeds[:1]
-  tables = run_all(
-    cfg,
-    f.output_dir,
-    seeds,
-    quick=f.quick,
-    data_dir=f.data_dir,
-    rounds=f.rounds,
-    resume=f.resume,
-    datasets=datasets,
-    methods=methods,
-    modes=modes,
-    parts=parts,
-  )
+  try:
+    tables = run_all(
+      cfg,
+      f.output_dir,
+      seeds,
+      quick=f.quick,
+      data_dir=f.data_dir,
+      rounds=f.rounds,
+      resume=f.resume,
+      datasets=datasets,
+      methods=methods,
+      modes=modes,
+      parts=parts,
+    )
+  except data_lib.DatasetNotFoundError as e:
+    # One line, no traceback: the message names the dataset and how to get it.
+    raise SystemExit(f"error: {e}") from None
   for part, text in tables.items():
     print(text if part != "fig4" else f"Fig. 4: {text}")
   print(f"results: {f.output_dir}/")
