@@ -12,7 +12,6 @@ from fedjax_sel.availability.ln import lognormal_rates
 from fedjax_sel.availability.registry import register
 from fedjax_sel.core.types import Array, AvailabilityModel, ClientInfo, PRNGKey
 
-
 SCHEDULES = ("paper", "reference_code")
 
 

@@ -15,7 +15,6 @@ from fedjax_sel.core.types import (
 from fedjax_sel.selection import common
 from fedjax_sel.selection.registry import register
 
-
 LOSS_SPLITS = ("train", "local_test")
 WEIGHTS = ("fedavg", "equal")
 
