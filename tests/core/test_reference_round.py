@@ -116,25 +116,16 @@ def make_sim(
   )
 
 
-def run_both(
-  model_name="logreg",
-  hidden=(),
-  agg="fedavg",
-  agg_hp=None,
-  weighted=True,
-  batch=5,
-  epochs=1,
-  steps=None,
-  parallelism="auto",
-  client_momentum=0.0,
-  server="sgd",
-  server_lr=0.5,
-  lr_decay=0.9,
-):
-  sim = make_sim(
-    model_name, hidden, agg, agg_hp, weighted, batch, epochs, steps, parallelism,
-    client_momentum, server, server_lr, lr_decay,
-  )
+def run_both(**kw):
+  """Runs ``make_sim(**kw)`` and the numpy reference with the same settings (read back from
+  the simulation's config, so the two cannot drift apart)."""
+  sim = make_sim(**kw)
+  c = sim.config
+  agg, agg_hp = kw.get("agg", "fedavg"), kw.get("agg_hp")
+  weighted = kw.get("weighted", True)
+  batch, epochs, steps = c.engine.batch_size, c.engine.local_epochs, c.engine.local_steps
+  client_momentum, lr_decay, server_lr = c.client_momentum, c.lr_decay, c.server_lr
+  server = c.server_optimizer
   data = sim.data
   weights = weights_table(weighted)
   state0 = sim.init(seed=3)
