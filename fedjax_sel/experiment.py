@@ -22,6 +22,7 @@ import numpy as np
 from absl import logging
 
 from fedjax_sel import aggregation, availability, client, data, models, selection
+from fedjax_sel.core import batch as batch_lib
 from fedjax_sel.core import checkpoint
 from fedjax_sel.core import engine as engine_lib
 from fedjax_sel.core import simulation as sim_lib
@@ -629,3 +630,375 @@ def plot_run(history: list[dict], path: str, title: str) -> None:
   fig.suptitle(title)
   results.save_figure(fig, path)
   plt.close(fig)
+
+
+# ------------------------------------------------------------------ many experiments at once
+
+# Fields in which the experiments of one batched program may differ besides the swept
+# hyper-parameters (each experiment has its own output folder and random streams).
+BATCH_FREE = ("seed", "availability_seed", "output_dir", "resume")
+# Where numeric (float) values may differ within one program: they become traced
+# per-experiment values (``fedjax_sel.core.batch``). Other hyper-parameters (the client
+# update's, e.g. FedProx's mu, which the cohort trainer closes over; ints; strings) split
+# the experiments into separate programs.
+SWEEPABLE_PARTS = ("availability", "selection", "aggregator")
+SWEEPABLE_FIELDS = ("client_lr",)
+
+
+def _is_sweepable(path: tuple[str, ...], value) -> bool:
+  if not isinstance(value, float):
+    return False
+  if len(path) == 1:
+    return path[0] in SWEEPABLE_FIELDS
+  return len(path) == 2 and path[0] in tuple(p + "_hparams" for p in SWEEPABLE_PARTS)
+
+
+def _flat(c: ml_collections.ConfigDict) -> dict[tuple[str, ...], Any]:
+  out = {}
+  for k, v in c.items():
+    if isinstance(v, ml_collections.ConfigDict):
+      for kk, vv in v.items():
+        out[(k, kk)] = vv
+    else:
+      out[(k,)] = v
+  return out
+
+
+def batch_key(c: ml_collections.ConfigDict) -> str:
+  """Configs with equal keys can run as one batched program: they differ only in
+  ``BATCH_FREE`` fields and sweepable float hyper-parameters."""
+  flat = _flat(c)
+  shape = {
+    ".".join(p): ("<swept>" if _is_sweepable(p, v) else v)
+    for p, v in flat.items()
+    if p[0] not in BATCH_FREE
+  }
+  return results.dumps_line(shape)
+
+
+def batch_groups(configs: list[ml_collections.ConfigDict]) -> list[list[int]]:
+  """Indices of ``configs`` grouped into batchable sets (``batch_key``), in first-seen order."""
+  groups: dict[str, list[int]] = {}
+  for i, c in enumerate(configs):
+    groups.setdefault(batch_key(c), []).append(i)
+  return list(groups.values())
+
+
+def _swept(configs) -> list[tuple[str, ...]]:
+  flats = [_flat(c) for c in configs]
+  return sorted(
+    p for p in flats[0] if p[0] not in BATCH_FREE and len({repr(f[p]) for f in flats}) > 1
+  )
+
+
+def _make_parts_fn(c0: ml_collections.ConfigDict, swept: list[tuple[str, ...]]):
+  """``hp -> Simulation.replace_parts kwargs``: c0's components with the swept values of hp
+  (keyed "client_lr", "selection_hparams.alpha", ...)."""
+  parts = sorted({p[0][: -len("_hparams")] for p in swept if len(p) == 2})
+
+  def make_parts(hp: dict) -> dict:
+    out = {}
+    for part in parts:
+      hparams = _hparams(c0, part)
+      for p in swept:
+        if len(p) == 2 and p[0] == part + "_hparams":
+          hparams[p[1]] = hp[".".join(p)]
+      if part == "selection":
+        hparams["num_selected"] = c0.clients_per_round
+      out[part] = PARTS[part].make(c0[part], **hparams)
+    if ("client_lr",) in swept:
+      out["client_lr"] = hp["client_lr"]
+    return out
+
+  return make_parts
+
+
+def run_batch(
+  configs: list[ml_collections.ConfigDict],
+  output_dirs: list[str],
+  *,
+  resume: bool | None = None,
+  progress: Callable[[int, int, dict], None] | None = None,
+  dataset: data.FederatedData | None = None,
+  write_plots: bool = True,
+) -> list[dict]:
+  """Runs K experiments of one program shape as one vectorized computation (issue 17).
+
+  The configs may differ only in ``BATCH_FREE`` fields (seeds, output folders) and in
+  float hyper-parameters of the client lr, availability, selection and aggregator
+  (``batch_key``); those become traced per-experiment values. Where a component cannot take
+  a traced value, the distinct values run as separate programs (a logged note). Each
+  experiment writes exactly what ``run`` writes to its own folder (config.json,
+  metrics.jsonl, summary.json, curves.png, checkpoints/), with the same numbers up to float
+  rounding (discrete outcomes identical), so any one of them can be continued alone by
+  ``run(..., resume=True)``, and the batch by ``run_batch(..., resume=True)``. Blocks of
+  ``eval_every`` rounds and their evaluations up to the next checkpoint run as one dispatch
+  (``BatchedSimulation.run_evals``). ``seconds`` in the records is the batch's wall time.
+
+  Args:
+    configs: K configs (see ``default_config``).
+    output_dirs: K distinct results folders.
+    resume: continue every experiment from its newest checkpoint (default configs[0].resume).
+    progress: ``progress(round, rounds, record)`` after each chunk, with experiment 0's
+      last record.
+    dataset: a prebuilt dataset (default: loaded once from configs[0]).
+    write_plots: write each experiment's curves.png.
+
+  Returns:
+    The K summaries, in the order of ``configs``.
+
+  Raises:
+    ConfigError, Interrupted, NonFiniteModelError: as ``run`` (the last after every
+      experiment has finished or stopped).
+  """
+  k_all = len(configs)
+  try:
+    if k_all < 1 or len(output_dirs) != k_all:
+      raise ValueError(
+        f"{k_all} configs and {len(output_dirs)} output_dirs; allowed: K >= 1 of each"
+      )
+    if len({os.path.abspath(d) for d in output_dirs}) != k_all:
+      raise ValueError(f"output_dirs {output_dirs} repeat a folder; allowed: distinct folders")
+    keys = [batch_key(c) for c in configs]
+    if len(set(keys)) > 1:
+      bad = [
+        ".".join(p)
+        for p in _swept(configs)
+        if not _is_sweepable(p, _flat(configs[0])[p])
+      ]
+      raise ValueError(
+        f"configs differ in {bad}; allowed in one batch: {', '.join(BATCH_FREE)} and float "
+        f"values of {', '.join(SWEEPABLE_FIELDS)} and the {', '.join(SWEEPABLE_PARTS)} "
+        "hyper-parameters"
+      )
+    for c in configs:
+      validate_config(c)
+    concrete = [make_components(c) for c in configs]
+  except (ValueError, TypeError) as e:
+    raise ConfigError(one_line(e)) from e
+  c0 = configs[0]
+  resume = c0.resume if resume is None else resume
+  dataset = dataset if dataset is not None else load_data(c0)
+  sim = build(c0, dataset)[0]
+  swept = _swept(configs)
+  flats = [_flat(c) for c in configs]
+  sweep_names = [".".join(p) for p in swept]
+  hparams = {
+    ".".join(p): np.asarray([f[p] for f in flats], np.float32) for p in swept
+  }
+  part_names = sorted({p[0][: -len("_hparams")] for p in swept if len(p) == 2})
+  per_parts = [
+    {**{part: getattr(comps, part) for part in part_names},
+     **({"client_lr": c.client_lr} if ("client_lr",) in swept else {})}
+    for c, comps in zip(configs, concrete)
+  ]
+  bsim = batch_lib.BatchedSimulation(sim, _make_parts_fn(c0, swept) if swept else None)
+  if swept:
+    probe = batch_lib.stack([sim.init(0)] * k_all)
+    err = bsim.trace_error(probe, hparams)
+    if err is not None:
+      logging.warning(
+        "run_batch: %s cannot be traced (%s); running each distinct value as its own "
+        "program",
+        ", ".join(sweep_names),
+        one_line(err)[:200],
+      )
+      groups: dict[tuple, list[int]] = {}
+      for i, f in enumerate(flats):
+        groups.setdefault(tuple(repr(f[p]) for p in swept), []).append(i)
+      out: list[dict | None] = [None] * k_all
+      for idx in groups.values():
+        for i, s in zip(
+          idx,
+          run_batch(
+            [configs[i] for i in idx],
+            [output_dirs[i] for i in idx],
+            resume=resume,
+            progress=progress,
+            dataset=dataset,
+            write_plots=write_plots,
+          ),
+        ):
+          out[i] = s
+      return out
+  return _BatchRun(
+    configs, output_dirs, resume, progress, dataset, write_plots, bsim, hparams, per_parts
+  ).run()
+
+
+class _BatchRun:
+  """The loop of ``run_batch`` over one BatchedSimulation (see there)."""
+
+  def __init__(
+    self, configs, output_dirs, resume, progress, dataset, write_plots, bsim, hparams, parts
+  ):
+    self.configs, self.dirs = configs, output_dirs
+    self.progress, self.dataset, self.write_plots = progress, dataset, write_plots
+    self.bsim, self.hparams = bsim, hparams
+    self.c0 = configs[0]
+    self.k = len(configs)
+    self.resume = resume
+    self.parts = parts
+    self.compiled: dict[tuple, Any] = {}
+    self.compile_seconds = 0.0
+
+  # ---------------------------------------------------------------- helpers
+  def _hp(self, idx):
+    return {n: v[np.asarray(idx)] for n, v in self.hparams.items()}
+
+  def _program(self, idx, states, num_evals, block):
+    key = (len(idx), num_evals, block)
+    if key not in self.compiled:
+      t = time.time()
+      self.compiled[key] = self.bsim._run_evals.lower(
+        self.bsim.sim.device_data, states, self._hp(idx), num_evals, block
+      ).compile()
+      self.compile_seconds += time.time() - t
+    return self.compiled[key]
+
+  def _save(self, k, state_k, t, seconds):
+    checkpoint.save(
+      self.dirs[k],
+      state_k,
+      t,
+      {"seconds": seconds, "num_records": len(self.history[k]), "config": self.fps[k]},
+    )
+    self.last_ckpt[k] = t
+
+  def _finish(self, k, state_k, **why):
+    summary = _summary(self.history[k], state_k, self.bsim.sim, self.configs[k], **why)
+    summary["compile_seconds_batch"] = self.compile_seconds
+    summary["batch_size"] = self.k
+    _write_outputs(
+      self.dirs[k], self.history[k], summary, self.configs[k], self.dataset.name,
+      self.write_plots,
+    )
+    self.summaries[k] = summary
+    return summary
+
+  # ---------------------------------------------------------------- the loop
+  def run(self) -> list[dict]:
+    c0, k_all = self.c0, self.k
+    with _StopRequested() as stop:
+      setups = [
+        _setup(c, d, self.resume, self.dataset, self.bsim.sim.replace_parts(**p))
+        for c, d, p in zip(self.configs, self.dirs, self.parts)
+      ]
+      self.history = [s.history for s in setups]
+      self.fps = [_fingerprint(c) for c in self.configs]
+      before = [s.seconds_before for s in setups]
+      rounds = [int(s.state.round) for s in setups]
+      self.last_ckpt = list(rounds)
+      self.summaries: list[dict | None] = [None] * k_all
+      for c, d, h in zip(self.configs, self.dirs, self.history):
+        results.write_jsonl(os.path.join(d, "metrics.jsonl"), h)
+        cfg = c.to_dict()
+        cfg["output_dir"] = d
+        results.write_json(
+          os.path.join(d, "config.json"),
+          {"config": cfg, "environment": environment(), "dataset": self.dataset.name},
+        )
+      states = batch_lib.stack([s.state for s in setups])
+      del setups
+      failed: dict[int, int] = {}
+      total, every = c0.rounds, c0.eval_every
+      checkpoint_every = c0.checkpoint_every or every
+      start = time.time()
+
+      def active():
+        return [k for k in range(k_all) if rounds[k] < total and k not in failed]
+
+      while active():
+        act = active()
+        t0 = min(rounds[k] for k in act)
+        idx = [k for k in act if rounds[k] == t0]
+        if stop.signum is not None:
+          host = jax.device_get(states)
+          for k in act:
+            st = jax.tree_util.tree_map(lambda x: x[k], host)
+            self._save(k, st, rounds[k], before[k] + time.time() - start)
+            self._finish(k, st, stopped=f"signal {stop.signum}")
+          raise Interrupted(stop.signum, t0)
+        end = min([total] + [rounds[k] for k in act if rounds[k] > t0])
+        to_eval = every - t0 % every
+        if t0 % every or t0 + every > end:
+          num_evals, block = 1, min(to_eval, end - t0)
+        else:
+          due = min(self.last_ckpt[k] for k in idx) + checkpoint_every
+          due = -(-due // every) * every  # the first evaluation at which a checkpoint is due
+          num_evals = max(1, (min(end, due) - t0) // every)
+          block = every
+        sub = batch_lib.take(states, idx) if len(idx) < k_all else states
+        program = self._program(idx, sub, num_evals, block)
+        chunk_start = time.time()
+        sub, (rm, ev) = program(self.bsim.sim.device_data, sub, self._hp(idx))
+        rm, ev = jax.device_get((rm, ev))
+        chunk_end = time.time()
+        states = sub if len(idx) == k_all else batch_lib.put_back(states, idx, sub)
+        host = None
+        for j, k in enumerate(idx):
+          lines = []
+          for i in range(num_evals):
+            t = t0 + (i + 1) * block
+            record = {
+              "round": t,
+              "test_loss": float(ev["test_loss"][j, i]),
+              "test_accuracy": float(ev["test_accuracy"][j, i]),
+              "train_loss": float(np.mean(np.asarray(rm["train_loss"][j, i], np.float64))),
+              "seconds": before[k]
+              + (chunk_start - start)
+              + (chunk_end - chunk_start) * (i + 1) / num_evals,
+              "num_available_mean": float(np.mean(np.asarray(rm["num_available"][j, i], np.float64))),
+              "num_selected_mean": float(np.mean(np.asarray(rm["num_selected"][j, i], np.float64))),
+            }
+            for name, v in ev.items():
+              if name not in record and name != "params_finite":
+                record[name] = np.asarray(v[j, i]).item()
+            dropped = int(np.sum(rm["num_nonfinite"][j, i]))
+            if dropped:
+              logging.warning(
+                "%s rounds %d-%d: %d non-finite client update(s) dropped from aggregation",
+                self.dirs[k], t - block + 1, t, dropped,
+              )
+            lines.append(record)
+            if not bool(ev["params_finite"][j, i]):
+              failed[k] = t
+              break
+          self.history[k].extend(lines)
+          _append_lines(os.path.join(self.dirs[k], "metrics.jsonl"), lines)
+          rounds[k] = t if k in failed else t0 + num_evals * block
+          if k in failed or rounds[k] - self.last_ckpt[k] >= checkpoint_every or (
+            rounds[k] >= total
+          ):
+            if host is None:
+              host = jax.device_get(states)
+            st = jax.tree_util.tree_map(lambda x: x[k], host)
+            if k in failed:  # no checkpoint of a broken model
+              self._finish(k, st, stopped="non-finite model")
+              continue
+            self._save(k, st, rounds[k], lines[-1]["seconds"])
+            if rounds[k] >= total:
+              self._finish(k, st)
+        if self.progress is not None and 0 in idx and self.history[0]:
+          self.progress(rounds[0], total, self.history[0][-1])
+        if stop.signum is not None and active():
+          continue  # the top of the loop saves and raises
+      host = None
+      for k in range(k_all):
+        if self.summaries[k] is None:  # complete before this call (resumed at its end)
+          host = jax.device_get(states) if host is None else host
+          self._finish(k, jax.tree_util.tree_map(lambda x, k=k: x[k], host))
+      if failed:
+        k = min(failed)
+        raise NonFiniteModelError(failed[k], self.dirs[k])
+    return self.summaries
+
+
+def _append_lines(path: str, records: list[dict]) -> None:
+  """Appends complete lines with one fsync (``results.append_jsonl`` for many records)."""
+  if not records:
+    return
+  with open(path, "a") as f:
+    f.write("".join(results.dumps_line(r) + "\n" for r in records))
+    f.flush()
+    os.fsync(f.fileno())

@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_sel.core.registry import check_range
+from fedjax_sel.core.registry import check_range, is_traced
 from fedjax_sel.core.types import Array, AvailabilityModel, ClientInfo, PRNGKey
 
 
@@ -142,7 +142,7 @@ def time_varying_model(
 def check_beta(beta: float) -> float:
   """Validates FedGS's unavailability coefficient beta in [0, 1) and returns it as float."""
   check_range("beta", beta, 0.0, 1.0, high_inclusive=False)
-  return float(beta)
+  return beta if is_traced(beta) else float(beta)
 
 
 def check_period(period: int) -> int:

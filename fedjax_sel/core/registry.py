@@ -54,6 +54,13 @@ class Registry(Generic[T]):
     return constructor(**hparams)
 
 
+def is_traced(value: Any) -> bool:
+  """Whether ``value`` is a jax tracer (a hyper-parameter traced inside a batched program)."""
+  import jax
+
+  return isinstance(value, jax.core.Tracer)
+
+
 def check_range(
   name: str,
   value: Any,
@@ -63,7 +70,13 @@ def check_range(
   low_inclusive: bool = True,
   high_inclusive: bool = True,
 ) -> None:
-  """Raises ValueError naming ``name`` when ``value`` lies outside [low, high]."""
+  """Raises ValueError naming ``name`` when ``value`` lies outside [low, high].
+
+  A traced value (a hyper-parameter swept along the experiment axis of a batched program,
+  ``fedjax_sel.core.batch``) passes: its concrete values were checked before tracing.
+  """
+  if is_traced(value):
+    return
   try:
     v = float(value)
   except (TypeError, ValueError):

@@ -15,6 +15,7 @@ checkpointing the experiment.
 
 from __future__ import annotations
 
+import copy
 import functools
 from typing import Any, NamedTuple
 
@@ -27,7 +28,7 @@ import optax
 from fedjax_sel.availability.rollout import split_availability_key
 from fedjax_sel.core import engine as engine_lib
 from fedjax_sel.core import evaluation
-from fedjax_sel.core.registry import check_range
+from fedjax_sel.core.registry import check_range, is_traced
 from fedjax_sel.core.types import (
   AggregationAux,
   Aggregator,
@@ -212,7 +213,7 @@ def make_client_lr_schedule(
   rounds (0 = the first); every client of a round trains with the same lr.
   """
   check_range("client_lr", client_lr, 0.0, low_inclusive=False)
-  if not np.isfinite(float(client_lr)):
+  if not is_traced(client_lr) and not np.isfinite(float(client_lr)):
     raise ValueError(f"client_lr={client_lr!r} is out of range; allowed: finite numbers > 0")
   if schedule not in LR_SCHEDULES:
     raise ValueError(f"lr_schedule={schedule!r}; allowed: {', '.join(LR_SCHEDULES)}")
@@ -322,6 +323,40 @@ class Simulation:
       jax.jit(self._run_rounds_with, static_argnums=2, donate_argnums=1), self
     )
     self.evaluate = _DataBound(jax.jit(self._evaluate_with), self)
+
+  def replace_parts(
+    self,
+    availability: AvailabilityModel | None = None,
+    selection: SelectionStrategy | None = None,
+    aggregator: Aggregator | None = None,
+    client_lr: float | jax.Array | None = None,
+  ) -> Simulation:
+    """A shallow copy that runs with other components of the same kinds (same registry
+    names and static hyper-parameters, so the state's structure is unchanged) and/or
+    another initial client lr; data, trainer and model are shared.
+
+    Used by ``fedjax_sel.core.batch`` to give every experiment of a batched program its
+    own numeric hyper-parameters, built from traced values inside the program. The
+    copy's ``round_step`` / ``run_rounds`` / ``evaluate`` are still this simulation's:
+    call its ``_round_step_with`` etc. inside a jitted function instead.
+    """
+    new = copy.copy(self)
+    if availability is not None:
+      new.availability = availability
+    if selection is not None:
+      if int(selection.num_selected) != self.num_selected:
+        raise ValueError(
+          f"selection num_selected={selection.num_selected}; allowed: {self.num_selected}"
+        )
+      new.selection = selection
+    if aggregator is not None:
+      new.aggregator = aggregator
+    if client_lr is not None:
+      c = self.config
+      new._client_lr = make_client_lr_schedule(
+        client_lr, c.lr_schedule, c.lr_decay, c.lr_step_size, c.lr_step_gamma
+      )
+    return new
 
   # ---------------------------------------------------------------- data
   def _put_eval(self, data: FederatedData) -> SimulationData:

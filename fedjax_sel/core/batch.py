@@ -1,0 +1,166 @@
+"""Many experiments of one shape as one vectorized program (issue 17).
+
+A paper's table is dozens of small runs that share a program's shape: the same data,
+model, components and static settings, differing only in their seeds and in numeric
+hyper-parameters (the client lr, FedGS's alpha, an availability model's beta, ...).
+``BatchedSimulation`` runs K of them as one program: the per-experiment ``RoundState``s are
+stacked along a leading experiment axis and the round (and the evaluation) is
+``jax.vmap``-ed over that axis, with the data unbatched (``in_axes=None``). Each
+experiment's results equal its own sequential run up to float rounding of the batched ops
+(tests/core/test_batch.py: discrete outcomes identical, losses to 1e-5).
+
+Swept hyper-parameters enter the program as traced values ``hparams: {name: f32[K]}``; a
+``make_parts(hp) -> {availability|selection|aggregator|client_lr: ...}`` callback builds each
+experiment's components from its scalars inside the program (``Simulation.replace_parts``).
+A component whose constructor cannot take a traced value fails while tracing
+(``trace_error``); the caller then runs the distinct values as separate programs
+(``fedjax_sel.experiment.run_batch`` does).
+
+``run_evals(states, hparams, num_evals, eval_every)`` fuses ``num_evals`` blocks of
+``eval_every`` rounds, each followed by the evaluation, into one dispatch, so a protocol that
+evaluates every round (FedGS's) does not pay a host round trip per round.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fedjax_sel.core.simulation import RoundState, Simulation, SimulationData, _tree_all_finite
+
+MakeParts = Callable[[dict], dict]
+
+
+def stack(trees: Sequence[Any]) -> Any:
+  """Stacks pytrees of equal structure along a new leading (experiment) axis."""
+  return jax.tree_util.tree_map(lambda *xs: jnp.stack([jnp.asarray(x) for x in xs]), *trees)
+
+
+def unstack(tree: Any, index: int) -> Any:
+  """Experiment ``index`` of a stacked pytree."""
+  return jax.tree_util.tree_map(lambda x: x[index], tree)
+
+
+def take(tree: Any, indices: Sequence[int]) -> Any:
+  """The experiments ``indices`` of a stacked pytree, stacked."""
+  idx = np.asarray(indices, np.int32)
+  return jax.tree_util.tree_map(lambda x: x[idx], tree)
+
+
+def put_back(tree: Any, indices: Sequence[int], part: Any) -> Any:
+  """``tree`` with the experiments ``indices`` replaced by the stacked ``part``."""
+  idx = np.asarray(indices, np.int32)
+  return jax.tree_util.tree_map(lambda x, p: x.at[idx].set(p), tree, part)
+
+
+class BatchedSimulation:
+  """K experiments of one ``Simulation``'s shape as one vmapped program.
+
+  Args:
+    sim: the simulation (data, model, components, static config) every experiment shares.
+    make_parts: builds an experiment's components from its hyper-parameters (a dict of
+      traced f32[] scalars), returning keyword arguments of ``Simulation.replace_parts``;
+      None when nothing but the seeds differs.
+
+  Every function takes the stacked states (leading axis K) and ``hparams`` ({name: f32[K]},
+  ``{}`` without ``make_parts``); the compiled programs take the data as an argument
+  (``sim.device_data``), as ``Simulation``'s do.
+  """
+
+  def __init__(self, sim: Simulation, make_parts: MakeParts | None = None):
+    self.sim = sim
+    self.make_parts = make_parts
+    self._run_rounds = jax.jit(self._run_rounds_with, static_argnums=3, donate_argnums=1)
+    self._run_evals = jax.jit(self._run_evals_with, static_argnums=(3, 4), donate_argnums=1)
+    self._evaluate = jax.jit(self._evaluate_with)
+
+  # ---------------------------------------------------------------- per experiment
+  def _sim_for(self, hp: dict) -> Simulation:
+    if self.make_parts is None or not hp:
+      return self.sim
+    return self.sim.replace_parts(**self.make_parts(hp))
+
+  def init(
+    self,
+    seeds: Sequence[int],
+    availability_seeds: Sequence[int | None] | None = None,
+    parts: Sequence[dict] | None = None,
+  ) -> RoundState:
+    """The stacked initial states: experiment k is ``sim.init(seeds[k], availability_seeds[k])``
+    with the components ``parts[k]`` (concrete values: an availability model's rates, for
+    one, are drawn at init from its hyper-parameters)."""
+    k = len(seeds)
+    aseeds = list(availability_seeds) if availability_seeds is not None else [None] * k
+    parts = list(parts) if parts is not None else [{}] * k
+    if len(aseeds) != k or len(parts) != k:
+      raise ValueError(
+        f"{k} seeds, {len(aseeds)} availability seeds and {len(parts)} parts; allowed: "
+        "equal lengths"
+      )
+    states = [
+      (self.sim.replace_parts(**p) if p else self.sim).init(s, a)
+      for s, p, a in zip(seeds, parts, aseeds)
+    ]
+    return stack(states)
+
+  # ---------------------------------------------------------------- programs
+  def _run_rounds_with(self, data: SimulationData, states, hparams, num_rounds: int):
+    def one(state, hp):
+      return self._sim_for(hp)._run_rounds_with(data, state, num_rounds)
+
+    return jax.vmap(one, in_axes=(0, 0))(states, hparams)
+
+  def _evaluate_with(self, data: SimulationData, states, hparams):
+    def one(state, hp):
+      return self._sim_for(hp)._evaluate_with(data, state)
+
+    return jax.vmap(one)(states, hparams)
+
+  def _run_evals_with(self, data: SimulationData, states, hparams, num_evals, eval_every):
+    def one(state, hp):
+      sim = self._sim_for(hp)
+
+      def block(s, _):
+        s, round_metrics = sim._run_rounds_with(data, s, eval_every)
+        ev = sim._evaluate_with(data, s)
+        ev["params_finite"] = _tree_all_finite(s.params)
+        return s, (round_metrics, ev)
+
+      return jax.lax.scan(block, state, None, length=num_evals)
+
+    return jax.vmap(one)(states, hparams)
+
+  def run_rounds(self, states, hparams: dict, num_rounds: int):
+    """``num_rounds`` rounds of every experiment: (states, metrics {name: [K, rounds]})."""
+    return self._run_rounds(self.sim.device_data, states, hparams, num_rounds)
+
+  def evaluate(self, states, hparams: dict) -> dict:
+    """Every experiment's evaluation (``Simulation.evaluate``), each value with a leading K."""
+    return self._evaluate(self.sim.device_data, states, hparams)
+
+  def run_evals(self, states, hparams: dict, num_evals: int, eval_every: int):
+    """``num_evals`` x (``eval_every`` rounds, then evaluate), as one dispatch.
+
+    Returns:
+      (states, round_metrics {name: [K, num_evals, eval_every]}, evaluations {name:
+      [K, num_evals]}; ``params_finite`` says whether the global model was finite).
+    """
+    states, (rm, ev) = self._run_evals(
+      self.sim.device_data, states, hparams, int(num_evals), int(eval_every)
+    )
+    return states, rm, ev
+
+  def trace_error(self, states, hparams: dict) -> Exception | None:
+    """None when the batched round traces with these hyper-parameters, else the error (a
+    component that cannot take a traced value); nothing is compiled or run."""
+    try:
+      jax.eval_shape(
+        lambda d, s, h: self._run_rounds_with(d, s, h, 1), self.sim.device_data, states, hparams
+      )
+    except Exception as e:  # noqa: BLE001 - any failure means: run these values apart
+      return e
+    return None
