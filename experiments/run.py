@@ -111,6 +111,14 @@ for _part, _module in experiment.PARTS.items():
     _HPARAM_FLAGS[_flag] = (_part, _hp)
 
 flags.DEFINE_bool("quick", False, "a few rounds only (smoke test)")
+flags.DEFINE_string(
+  "seeds",
+  "",
+  "comma-separated seeds run as one vectorized program (e.g. 0,1,2,3): seed k writes its "
+  "usual files under --output_dir/seed<k>/ (availability seed k unless --availability_seed "
+  "is set); --output_dir gets a combined summary.json (mean, std) and curves.png; "
+  "'' = one run with --seed",
+)
 flags.DEFINE_bool("progress", True, "show a progress bar")
 _CONFIG = config_flags.DEFINE_config_file("config", None, "an ml_collections config file")
 FLAGS = flags.FLAGS
@@ -219,6 +227,10 @@ def check_config(rest):
     config = resolve_config()
     experiment.validate_config(config)
     experiment.make_components(config)
+    if FLAGS.seeds:
+      experiment.parse_seeds(FLAGS.seeds)
+      if FLAGS["seed"].present:
+        raise ValueError("--seed and --seeds are both given; allowed: one of them")
   except (ValueError, TypeError) as e:
     raise UsageError(experiment.one_line(e)) from None
   return config
@@ -253,8 +265,12 @@ def main(argv):
   except UsageError as e:
     _fail(str(e), 2)
   bar = _progress_bar(config.rounds)
+  seeds = experiment.parse_seeds(FLAGS.seeds) if FLAGS.seeds else None
   try:
-    summary = experiment.run(config, progress=bar)
+    if seeds is not None:
+      summary = experiment.run_seeds(config, seeds, progress=bar)
+    else:
+      summary = experiment.run(config, progress=bar)
   except experiment.ConfigError as e:
     _fail(experiment.one_line(e), 2)
   except experiment.Interrupted as e:
@@ -272,6 +288,9 @@ def main(argv):
   finally:
     if bar is not None:
       bar.close()
+  if seeds is not None:
+    _print_seeds(config, seeds, summary)
+    return
   history = results.read_jsonl(f"{config.output_dir}/metrics.jsonl")
   step = max(1, len(history) // 10)
   rows = [
@@ -299,6 +318,37 @@ def main(argv):
   )
   print(f"results: {config.output_dir}/ (metrics.jsonl, summary.json, curves.png)")
   logging.info("done")
+
+
+def _print_seeds(config, seeds, summary):
+  rows = [
+    [s, loss, best, 100 * acc]
+    for s, loss, best, acc in zip(
+      seeds,
+      summary["final_test_loss"]["values"],
+      summary["best_test_loss"]["values"],
+      summary["final_test_accuracy"]["values"],
+    )
+  ]
+  print(
+    results.markdown_table(
+      ["seed", "final test loss", "best test loss", "final test acc (%)"],
+      rows,
+      f"{config.dataset} / {config.model}: {config.selection} selection, "
+      f"{config.availability} availability, {len(seeds)} seeds in one program",
+    )
+  )
+  m = {k: summary[k]["mean"] for k in ("final_test_loss", "best_test_loss", "final_test_accuracy")}
+  sd = {k: summary[k]["std"] for k in m}
+  print(
+    f"mean over seeds: final test loss {m['final_test_loss']:.4f} ± {sd['final_test_loss']:.4f}, "
+    f"best {m['best_test_loss']:.4f} ± {sd['best_test_loss']:.4f}, final accuracy "
+    f"{100 * m['final_test_accuracy']:.2f} ± {100 * sd['final_test_accuracy']:.2f} %; "
+    f"{summary['seconds']:.1f} s in all"
+  )
+  print(
+    f"results: {config.output_dir}/ (summary.json, curves.png; seed<k>/ for each seed)"
+  )
 
 
 def _parse_flags(argv):
