@@ -22,6 +22,7 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from fedjax_sel import experiment
+from fedjax_sel.core import distributed
 from fedjax_sel.metrics import results
 
 HELP = {
@@ -110,6 +111,7 @@ for _part, _module in experiment.PARTS.items():
     )
     _HPARAM_FLAGS[_flag] = (_part, _hp)
 
+distributed.define_flags()  # --coordinator_address, --num_processes, --process_id, ...
 flags.DEFINE_bool("quick", False, "a few rounds only (smoke test)")
 flags.DEFINE_string(
   "seeds",
@@ -261,10 +263,14 @@ def _fail(message: str, code: int):
 
 def main(argv):
   try:
+    distributed.initialize_from_flags()  # before JAX starts its backend
+  except distributed.LaunchError as e:
+    _fail(str(e), 2)
+  try:
     config = check_config(argv)
   except UsageError as e:
     _fail(str(e), 2)
-  bar = _progress_bar(config.rounds)
+  bar = _progress_bar(config.rounds) if distributed.is_primary() else None
   seeds = experiment.parse_seeds(FLAGS.seeds) if FLAGS.seeds else None
   try:
     if seeds is not None:
@@ -288,6 +294,8 @@ def main(argv):
   finally:
     if bar is not None:
       bar.close()
+  if not distributed.is_primary():
+    return
   if seeds is not None:
     _print_seeds(config, seeds, summary)
     return

@@ -23,7 +23,7 @@ from absl import logging
 
 from fedjax_sel import aggregation, availability, client, data, models, selection
 from fedjax_sel.core import batch as batch_lib
-from fedjax_sel.core import checkpoint
+from fedjax_sel.core import checkpoint, distributed
 from fedjax_sel.core import engine as engine_lib
 from fedjax_sel.core import simulation as sim_lib
 from fedjax_sel.core.registry import check_range
@@ -402,7 +402,8 @@ def _setup(c, output_dir, resume, dataset, simulation) -> _Setup:
         "training examples; allowed: at least one client with examples"
       )
     sim = simulation if simulation is not None else build(c, dataset)[0]
-    os.makedirs(output_dir, exist_ok=True)
+    if distributed.is_primary():
+      os.makedirs(output_dir, exist_ok=True)
     state = sim.init(c.seed, None if c.availability_seed < 0 else c.availability_seed)
     history: list[dict] = []
     seconds_before = 0.0
@@ -426,7 +427,7 @@ def _setup(c, output_dir, resume, dataset, simulation) -> _Setup:
     else:
       if resume:
         logging.info("--resume: no checkpoint in %s; starting at round 0", output_dir)
-      elif checkpoint.all_rounds(output_dir):
+      elif checkpoint.all_rounds(output_dir) and distributed.is_primary():
         logging.warning("starting afresh in %s: removing its old checkpoints", output_dir)
         checkpoint.clear(output_dir)
   except (ValueError, TypeError, OSError) as e:
@@ -483,13 +484,16 @@ def run(
     setup = _setup(c, output_dir, resume, dataset, simulation)
     sim, dataset, state, history, seconds_before = setup
     metrics_path = os.path.join(output_dir, "metrics.jsonl")
-    results.write_jsonl(metrics_path, history)
+    # several processes (jax.distributed): process 0 writes the files, all run the rounds
+    primary = distributed.is_primary()
     cfg = c.to_dict()
     cfg["output_dir"] = output_dir
-    results.write_json(
-      os.path.join(output_dir, "config.json"),
-      {"config": cfg, "environment": environment(), "dataset": dataset.name},
-    )
+    if primary:
+      results.write_jsonl(metrics_path, history)
+      results.write_json(
+        os.path.join(output_dir, "config.json"),
+        {"config": cfg, "environment": environment(), "dataset": dataset.name},
+      )
     fingerprint = _fingerprint(c)
     checkpoint_every = c.checkpoint_every or c.eval_every
     start = time.time()
@@ -505,15 +509,22 @@ def run(
 
     def finish(**why):
       summary = _summary(history, state, sim, c, **why)
-      _write_outputs(output_dir, history, summary, c, dataset.name, write_plots)
+      if primary:
+        _write_outputs(output_dir, history, summary, c, dataset.name, write_plots)
       return summary
+
+    def stopping() -> bool:  # a signal in any process stops all of them at the same round
+      return distributed.any_process(stop.signum is not None)
+
+    def signum() -> int:  # the signal of another process: reported as SIGTERM
+      return stop.signum or int(signal.SIGTERM)
 
     while int(state.round) < c.rounds:
       t0 = int(state.round)
-      if stop.signum is not None:  # arrived during setup or compilation
+      if stopping():  # arrived during setup or compilation
         save(t0, seconds_before + time.time() - start)
-        finish(stopped=f"signal {stop.signum}")
-        raise Interrupted(stop.signum, t0)
+        finish(stopped=f"signal {signum()}")
+        raise Interrupted(signum(), t0)
       n = min(c.eval_every - t0 % c.eval_every, c.rounds - t0)
       state, round_metrics = sim.run_rounds(state, n)
       t = int(state.round)
@@ -539,18 +550,20 @@ def run(
           int(state.nonfinite_updates),
         )
       history.append(record)
-      results.append_jsonl(metrics_path, record)
+      if primary:
+        results.append_jsonl(metrics_path, record)
       if not _params_finite(state.params):
         finish(stopped="non-finite model")  # no checkpoint of a broken model
         raise NonFiniteModelError(t, output_dir)
-      if progress is not None:
+      if progress is not None and primary:
         progress(t, c.rounds, record)
-      if t - last_ckpt >= checkpoint_every or t >= c.rounds or stop.signum is not None:
+      stop_now = stopping()
+      if t - last_ckpt >= checkpoint_every or t >= c.rounds or stop_now:
         save(t, record["seconds"])
         last_ckpt = t
-      if stop.signum is not None and t < c.rounds:
-        finish(stopped=f"signal {stop.signum}")
-        raise Interrupted(stop.signum, t)
+      if stop_now and t < c.rounds:
+        finish(stopped=f"signal {signum()}")
+        raise Interrupted(signum(), t)
     return finish()
 
 

@@ -10,10 +10,16 @@ resumed run computes bit for bit what the uninterrupted run computes. Only the n
 ``keep`` checkpoints are kept; if the newest cannot be read (e.g. a disk that lied about
 fsync), ``restore`` falls back to the one before it.
 
-Why not orbax: orbax-checkpoint (the ``[checkpoint]`` extra) gives the same atomicity
-(temporary folder + rename) plus async and multi-host writes; our state is small, lives on
-one host and is written between chunks of rounds, so a plain npz keeps the core install
-free of the dependency with the same guarantees. See BUILD_NOTES.md ("Checkpoints").
+Why not orbax for one process: orbax-checkpoint (the ``[checkpoint]`` extra) gives the
+same atomicity (temporary folder + rename) plus async and multi-host writes; a
+one-process state is written between chunks of rounds, so a plain npz keeps the core
+install free of the dependency with the same guarantees. See BUILD_NOTES.md
+("Checkpoints"). Several processes (``jax.distributed``): the state is sharded over
+devices no process sees whole, so each process writes its own shards with orbax
+(``checkpoints/orbax/<round>/``, every process must call ``save`` and ``restore``); the
+output folder must then be one folder every process sees (a shared file system).
+``restore`` reads either format, so a run checkpointed by several processes can be resumed
+by one (and back), with the same devices in all.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import io
 import json
 import os
 import re
+import shutil
 import zipfile
 from typing import Any
 
@@ -34,6 +41,7 @@ from fedjax_sel.metrics.results import atomic_write_bytes
 
 _NAME = re.compile(r"^ckpt_(\d+)\.npz$")
 _TMP_PREFIX = ".tmp-"
+ORBAX_FOLDER = "orbax"  # checkpoints/orbax/<round>/: several processes' sharded state
 
 # What a truncated or corrupt npz raises when opened or read.
 _UNREADABLE = (zipfile.BadZipFile, EOFError, OSError, KeyError, ValueError)
@@ -60,8 +68,120 @@ def _fsync_dir(folder: str) -> None:
     os.close(fd)
 
 
+def _orbax_root(output_dir: str) -> str:
+  return os.path.join(os.path.abspath(checkpoint_dir(output_dir)), ORBAX_FOLDER)
+
+
+def use_orbax(fmt: str | None = None) -> bool:
+  """Whether a checkpoint is written with orbax: ``fmt`` "orbax" / "npz", or (None) when
+  several processes run (``jax.process_count() > 1``)."""
+  if fmt not in (None, "orbax", "npz"):
+    raise ValueError(f"checkpoint format {fmt!r}; allowed: orbax, npz (or None: automatic)")
+  return fmt == "orbax" or (fmt is None and jax.process_count() > 1)
+
+
+def _orbax_manager(output_dir: str, keep: int = 2):
+  try:
+    import orbax.checkpoint as ocp
+  except ImportError as e:  # pragma: no cover (the [checkpoint] extra is not installed)
+    raise ImportError(
+      "checkpoints of a multi-process run need orbax-checkpoint: pip install "
+      "'fedjax_sel[checkpoint]'"
+    ) from e
+  options = ocp.CheckpointManagerOptions(
+    max_to_keep=max(keep, 1), enable_async_checkpointing=False, create=True
+  )
+  return ocp, ocp.CheckpointManager(_orbax_root(output_dir), options=options)
+
+
+def _orbax_leaves(state: Any) -> dict:
+  """The state as orbax stores it: ``{"leaf_<i>": leaf}`` in flattening order (as the npz
+  files), zero-size leaves left out (orbax refuses them; the template gives them back)."""
+  leaves = jax.tree_util.tree_leaves(state)
+  return {f"leaf_{i:05d}": x for i, x in enumerate(leaves) if np.size(x)}
+
+
+def _orbax_save(output_dir, state, round_index, extra, keep) -> str:
+  ocp, manager = _orbax_manager(output_dir, keep)
+  extra = dict(extra or {}, __num_leaves__=len(jax.tree_util.tree_leaves(state)))
+  try:
+    args = ocp.args.Composite(
+      state=ocp.args.StandardSave(_orbax_leaves(state)), extra=ocp.args.JsonSave(extra)
+    )
+    manager.save(round_index, args=args, force=True)
+    manager.wait_until_finished()
+  finally:
+    manager.close()
+  return os.path.join(_orbax_root(output_dir), str(round_index))
+
+
+def _orbax_rounds(output_dir: str) -> list[int]:
+  """Finished orbax checkpoints (orbax writes ``<round>.orbax-checkpoint-tmp`` and renames it
+  to ``<round>`` once every process is done)."""
+  root = _orbax_root(output_dir)
+  if not os.path.isdir(root):
+    return []
+  return sorted(int(f) for f in os.listdir(root) if f.isdigit())
+
+
+def _orbax_read(output_dir: str, round_index: int, template: Any) -> tuple[Any, dict]:
+  ocp, manager = _orbax_manager(output_dir)
+  path = os.path.join(_orbax_root(output_dir), str(round_index))
+  leaves, treedef = jax.tree_util.tree_flatten(template)
+  wanted = _orbax_leaves(template)
+  try:
+    saved = dict(manager.item_metadata(round_index)["state"].tree)
+    if sorted(saved) != sorted(wanted):
+      raise CheckpointMismatchError(
+        f"checkpoint {path} has {len(saved)} non-empty arrays but this experiment's state has "
+        f"{len(wanted)}: it was written by a different configuration"
+      )
+    for name, ref in wanted.items():
+      shape, dtype = tuple(saved[name].shape), np.dtype(saved[name].dtype)
+      if shape != tuple(np.shape(ref)) or dtype != np.dtype(ref.dtype):
+        raise CheckpointMismatchError(
+          f"checkpoint {path} leaf {int(name[5:])} is {dtype}{list(shape)} but the state "
+          f"expects {np.dtype(ref.dtype)}{list(np.shape(ref))}: it was written by a different "
+          "configuration"
+        )
+    abstract = {
+      k: jax.ShapeDtypeStruct(np.shape(r), r.dtype, sharding=getattr(r, "sharding", None))
+      for k, r in wanted.items()
+    }
+    out = manager.restore(
+      round_index,
+      args=ocp.args.Composite(
+        state=ocp.args.StandardRestore(abstract), extra=ocp.args.JsonRestore()
+      ),
+    )
+  finally:
+    manager.close()
+  extra = dict(out["extra"] or {})
+  if extra.pop("__num_leaves__", len(leaves)) != len(leaves):
+    raise CheckpointMismatchError(
+      f"checkpoint {path} was written from a state of another structure: it was written by a "
+      "different configuration"
+    )
+  restored = []
+  for i, ref in enumerate(leaves):
+    arr = out["state"].get(f"leaf_{i:05d}", ref)  # a zero-size leaf: the template's own
+    # orbax drops weak types; a weak leaf of the template gets its own back
+    restored.append(_weak_like(ref, arr) if getattr(ref, "weak_type", False) else arr)
+  return jax.tree_util.tree_unflatten(treedef, restored), extra
+
+
+@jax.jit
+def _weak_like(ref, value):
+  return jax.lax.full_like(ref, value)
+
+
 def save(
-  output_dir: str, state: Any, round_index: int, extra: dict | None = None, keep: int = 2
+  output_dir: str,
+  state: Any,
+  round_index: int,
+  extra: dict | None = None,
+  keep: int = 2,
+  fmt: str | None = None,
 ) -> str:
   """Saves ``state`` as ``checkpoints/ckpt_<round>.npz`` atomically; returns the path.
 
@@ -71,7 +191,11 @@ def save(
     round_index: the number of rounds done (names the file).
     extra: JSON-able facts stored alongside (seconds so far, config fingerprint, ...).
     keep: how many of the newest checkpoints to keep (>= 1).
+    fmt: "npz", "orbax" (``checkpoints/orbax/<round>/``), or None: orbax when several
+      processes run (then every process must call ``save``), npz otherwise.
   """
+  if use_orbax(fmt):
+    return _orbax_save(output_dir, state, round_index, extra, keep)
   folder = checkpoint_dir(output_dir)
   os.makedirs(folder, exist_ok=True)
   for name in os.listdir(folder):  # temp files left by a killed writer
@@ -96,12 +220,16 @@ def save(
   return path
 
 
-def all_rounds(output_dir: str) -> list[int]:
-  """Rounds of the checkpoints in ``output_dir``, oldest first."""
+def _npz_rounds(output_dir: str) -> list[int]:
   folder = checkpoint_dir(output_dir)
   if not os.path.isdir(folder):
     return []
   return sorted(int(m.group(1)) for f in os.listdir(folder) if (m := _NAME.match(f)))
+
+
+def all_rounds(output_dir: str) -> list[int]:
+  """Rounds of the checkpoints in ``output_dir`` (npz and orbax), oldest first."""
+  return sorted(set(_npz_rounds(output_dir)) | set(_orbax_rounds(output_dir)))
 
 
 def latest_round(output_dir: str) -> int | None:
@@ -111,14 +239,18 @@ def latest_round(output_dir: str) -> int | None:
 
 def clear(output_dir: str) -> None:
   """Removes every checkpoint of ``output_dir`` (a fresh run must not resume an old one)."""
-  for r in all_rounds(output_dir):
+  for r in _npz_rounds(output_dir):
     os.remove(_path(output_dir, r))
+  shutil.rmtree(_orbax_root(output_dir), ignore_errors=True)
 
 
 def _like(ref: Any, arr: np.ndarray) -> Any:
   """``arr`` placed like the template leaf ``ref`` (sharding, weak type)."""
   if not isinstance(ref, jax.Array):
     return arr
+  if not ref.is_fully_addressable:  # several processes, each holding the whole file
+    out = jax.jit(lambda a: a, out_shardings=ref.sharding)(np.asarray(arr, ref.dtype))
+    return _weak_like(ref, out) if ref.weak_type else out
   if ref.weak_type and arr.ndim == 0:
     out = jnp.asarray(arr.item(), ref.dtype)
     out = jax.lax.full_like(ref, out)  # full_like keeps the template's weak type
@@ -156,6 +288,13 @@ def _read(path: str, template: Any) -> tuple[Any, dict]:
   return state, extra
 
 
+def _read_round(output_dir: str, round_index: int, template: Any) -> tuple[Any, dict]:
+  """The checkpoint of ``round_index`` in whichever format holds it (orbax first)."""
+  if round_index in _orbax_rounds(output_dir):
+    return _orbax_read(output_dir, round_index, template)
+  return _read(_path(output_dir, round_index), template)
+
+
 class CheckpointMismatchError(ValueError):
   """The checkpoint's arrays do not fit the experiment's state (another configuration)."""
 
@@ -174,7 +313,7 @@ def restore(output_dir: str, template: Any, round_index: int | None = None) -> t
     CheckpointMismatchError: the checkpoint does not match the template (another config).
   """
   if round_index is not None:
-    return _read(_path(output_dir, round_index), template)
+    return _read_round(output_dir, round_index, template)
   rounds = all_rounds(output_dir)
   if not rounds:
     raise FileNotFoundError(f"no checkpoint under {checkpoint_dir(output_dir)}")
@@ -182,7 +321,7 @@ def restore(output_dir: str, template: Any, round_index: int | None = None) -> t
   for r in reversed(rounds):
     path = _path(output_dir, r)
     try:
-      return _read(path, template)
+      return _read_round(output_dir, r, template)
     except CheckpointMismatchError:
       raise
     except _UNREADABLE as e:

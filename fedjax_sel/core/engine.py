@@ -413,7 +413,17 @@ def replicated_put(mesh: Mesh | None) -> Callable:
   if mesh is None:
     return jax.device_put
   sharding = NamedSharding(mesh, P())
-  return lambda a: jax.device_put(a, sharding)
+  if jax.process_count() == 1:
+    return lambda a: jax.device_put(a, sharding)
+
+  def put(a):
+    # several processes: from the host copy (a process-local jax.Array put straight onto the
+    # global mesh gave arrays whose shards orbax could not read, jax 0.10.2)
+    if isinstance(a, jax.Array) and a.is_fully_addressable:
+      a = np.asarray(a)
+    return jax.device_put(a, sharding)
+
+  return put
 
 
 def _client_mesh():
@@ -497,7 +507,10 @@ def make_cohort_trainer(
   if kind == "chunked" and chunk == 1:
     kind = "flat"
   uses_mesh = mesh is not None and kind in ("lanes", "chunked")
-  put = replicated_put(mesh) if uses_mesh else jax.device_put
+  # several processes: every array lives on the global mesh (a process's default device is
+  # not a device of the others), even when the loop itself runs replicated (``flat``)
+  placed_mesh = mesh if (uses_mesh or jax.process_count() > 1) else None
+  put = replicated_put(placed_mesh)
   if data is None:
     data = train_arrays(train_x, train_y, offsets, counts_np, x_divisor, put)
   num_chunks = -(-num_selected // chunk)
@@ -843,7 +856,7 @@ def make_cohort_trainer(
   train.data = data
   train.x_divisor = x_divisor
   train.uses_mesh = uses_mesh
-  train.mesh = mesh if uses_mesh else None
+  train.mesh = placed_mesh
   train.put = put
   train.kind = kind
   train.chunk_size = chunk

@@ -24,6 +24,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from fedjax_sel.availability.rollout import split_availability_key
 from fedjax_sel.core import engine as engine_lib
@@ -47,6 +49,8 @@ SERVER_OPTIMIZERS = ("sgd", "momentum", "adam", "yogi", "adagrad")
 CLIENT_OPTIMIZERS = ("sgd", "momentum")
 LR_SCHEDULES = ("exponential", "step")
 DEFAULT_CLIENT_MOMENTUM = 0.9  # what client_optimizer="momentum" means with client_momentum=0
+# RoundState fields whose [N, ...] leaves are split over the client mesh (state_shardings)
+SHARDED_STATE = ("aggregation_state", "client_state", "update_sketch", "embeddings")
 
 
 @flax.struct.dataclass
@@ -471,7 +475,7 @@ class Simulation:
     n = self.num_clients
     d = self.device_data.projection.shape[1]
     e = self._embedding_dim
-    return RoundState(
+    state = RoundState(
       params=params,
       server_opt_state=self.server_opt.init(params),
       availability_state=self.availability.init(a_init, self.info),
@@ -491,6 +495,43 @@ class Simulation:
       empty_rounds=jnp.zeros((), jnp.int32),
       skipped_updates=jnp.zeros((), jnp.int32),
     )
+    return self.place_state(state)
+
+  def state_shardings(self, state: RoundState) -> RoundState | None:
+    """Where each leaf of the state lives on the client mesh (None without one).
+
+    The per-client parts that grow with N (``SHARDED_STATE``: aggregation memories such as
+    MIFA's / FedVARP's [N, ...] updates, client states such as SCAFFOLD's control variates,
+    update sketches, embeddings) are split over the devices along their leading axis when
+    N is a multiple of the device count; everything else is replicated. Over several
+    processes this is what keeps an [N, P] memory from having to fit one accelerator.
+    """
+    mesh = self._mesh
+    if mesh is None:
+      return None
+    num_devices = mesh.devices.size
+    replicated = NamedSharding(mesh, P())
+    split = NamedSharding(mesh, P("clients"))
+
+    def where(path, leaf):
+      shape = np.shape(leaf)
+      per_client = getattr(path[0], "name", None) in SHARDED_STATE
+      if per_client and len(shape) >= 2 and shape[0] == self.num_clients:
+        return split if shape[0] % num_devices == 0 else replicated
+      return replicated
+
+    return jax.tree_util.tree_map_with_path(where, state)
+
+  def place_state(self, state: RoundState) -> RoundState:
+    """``state`` placed as :meth:`state_shardings` says (unchanged without a mesh)."""
+    shardings = self.state_shardings(state)
+    if shardings is None:
+      return state
+    return jax.jit(lambda s: s, out_shardings=shardings)(state)
+
+  def _constrain(self, state: RoundState) -> RoundState:
+    shardings = self.state_shardings(state)
+    return state if shardings is None else jax.lax.with_sharding_constraint(state, shardings)
 
   # ---------------------------------------------------------------- pieces
   def _client_losses(self, data: SimulationData, params, ids):
@@ -622,6 +663,7 @@ class Simulation:
       empty_rounds=state.empty_rounds + (num_trained == 0),
       skipped_updates=state.skipped_updates + (~update_ok),
     )
+    new_state = self._constrain(new_state)
     metrics = {
       "train_loss": train_loss,
       "num_available": jnp.sum(avail),
@@ -705,6 +747,10 @@ def to_host(metrics: dict) -> dict:
   """Converts a dict of device scalars/arrays to Python floats/lists."""
   out = {}
   for k, v in metrics.items():
+    if isinstance(v, jax.Array) and not (v.is_fully_addressable or v.is_fully_replicated):
+      from jax.experimental import multihost_utils  # several processes: gather the shards
+
+      v = multihost_utils.process_allgather(v, tiled=True)
     a = np.asarray(v)
     out[k] = a.item() if a.ndim == 0 else a.tolist()
   return out

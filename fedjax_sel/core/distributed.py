@@ -1,0 +1,316 @@
+"""Several processes, one run: JAX's multi-controller runtime (``jax.distributed``).
+
+Every process runs the same program; after :func:`initialize`, ``jax.devices()`` lists the
+devices of all processes, the engine's client mesh spans them (``engine._client_mesh``),
+the cohort and the large per-client state are split over that global mesh, and XLA's
+collectives move what must move (NCCL on GPUs, ICI on TPUs, gloo between CPU processes:
+``jax_cpu_collectives_implementation``). Results, logs and plots are written by process
+0 only (:func:`is_primary`); checkpoints of the sharded state are written by orbax from
+every process (``fedjax_sel.core.checkpoint``).
+
+Launch flags (``experiments.run`` and the study binaries): ``--coordinator_address``,
+``--num_processes``, ``--process_id``, ``--distributed_timeout``, ``--cpu_devices``.
+Without them, a cluster JAX detects by itself (SLURM, Open MPI, Cloud TPU, Kubernetes)
+is joined with ``jax.distributed.initialize()``'s auto-detection; otherwise the run is one
+process. ``python -m experiments.launch_local --num_processes=2 -- <run flags>`` starts
+N processes on this machine.
+"""
+
+from __future__ import annotations
+
+import re
+
+import jax
+import numpy as np
+
+# seconds a process waits for the others (and the coordinator) before it gives up
+DEFAULT_TIMEOUT_S = 300
+_ADDRESS = re.compile(r"^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9_.-]+):(\d{1,5})$")
+
+
+class LaunchError(ValueError):
+  """A bad multi-process launch (one-line message naming the bad value)."""
+
+
+def check_launch(
+  coordinator_address: str | None,
+  num_processes: int | None,
+  process_id: int | None,
+  timeout_s: int = DEFAULT_TIMEOUT_S,
+  cpu_devices: int = 0,
+) -> bool:
+  """Validates launch flags before anything starts; returns whether they ask for several
+  processes (``num_processes`` >= 2). ``None`` (or 0 for num_processes, "" for the address)
+  means absent."""
+  for name, value, low in (
+    ("num_processes", num_processes, 0),
+    ("process_id", process_id, 0),
+    ("distributed_timeout", timeout_s, 1),
+    ("cpu_devices", cpu_devices, 0),
+  ):
+    if value is None:
+      continue
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+      raise LaunchError(f"--{name}={value!r} is out of range; allowed: integers >= {low}")
+  n = num_processes or 0
+  if coordinator_address and not _ADDRESS.match(coordinator_address):
+    raise LaunchError(
+      f"--coordinator_address={coordinator_address!r}; allowed: host:port (e.g. 10.0.0.1:1234)"
+    )
+  if coordinator_address and not 1 <= int(coordinator_address.rsplit(":", 1)[1]) <= 65535:
+    raise LaunchError(f"--coordinator_address={coordinator_address!r}: port out of [1, 65535]")
+  if n >= 2:
+    missing = [
+      f"--{k}"
+      for k, v in (("coordinator_address", coordinator_address), ("process_id", process_id))
+      if v in (None, "")
+    ]
+    if missing:
+      raise LaunchError(f"--num_processes={n} needs {' and '.join(missing)} as well")
+    if not process_id < n:
+      raise LaunchError(f"--process_id={process_id} is out of range; allowed: [0, {n - 1}]")
+    return True
+  if n == 1 and process_id not in (None, 0):
+    raise LaunchError(f"--process_id={process_id} is out of range; allowed: 0 (--num_processes=1)")
+  if n == 0 and (coordinator_address or process_id is not None):
+    raise LaunchError(
+      "--coordinator_address / --process_id need --num_processes (the number of processes)"
+    )
+  return False
+
+
+def detected_cluster() -> str | None:
+  """The name of the cluster environment JAX's auto-detection would join (SLURM, Open MPI,
+  Cloud TPU, Kubernetes, ...), or None (a plain machine: one process)."""
+  try:
+    from jax._src import clusters
+  except ImportError:  # pragma: no cover (JAX moved its cluster detection)
+    return None
+  for env in clusters.ClusterEnv._cluster_types:
+    try:
+      if env.opt_in_only_method:
+        continue
+      if env.is_env_present():
+        return env.__name__
+    except Exception:  # pragma: no cover (a detector that needs a network)
+      continue
+  return None
+
+
+def initialize(
+  coordinator_address: str | None = None,
+  num_processes: int | None = None,
+  process_id: int | None = None,
+  timeout_s: int = DEFAULT_TIMEOUT_S,
+  cpu_devices: int = 0,
+  auto_detect: bool = True,
+) -> int:
+  """Sets up the devices of this process and joins the others; returns the process count.
+
+  Must run before JAX starts its backend (before any array is made). ``cpu_devices`` > 0
+  exposes that many CPU devices in this process (``jax_num_cpu_devices``). With
+  ``num_processes`` >= 2 (or, when every launch flag is absent and ``auto_detect``, on a
+  cluster JAX detects), calls ``jax.distributed.initialize`` with ``timeout_s`` as its
+  initialization and heartbeat timeouts, so a launch that cannot gather all processes
+  fails within about ``timeout_s`` seconds.
+
+  Raises:
+    LaunchError: a bad flag value, or a launch that did not come together (one line).
+  """
+  several = check_launch(coordinator_address, num_processes, process_id, timeout_s, cpu_devices)
+  if cpu_devices:
+    try:
+      jax.config.update("jax_num_cpu_devices", int(cpu_devices))
+    except RuntimeError as e:
+      if jax.device_count("cpu") != cpu_devices * max(jax.process_count(), 1):
+        raise LaunchError(f"--cpu_devices={cpu_devices}: JAX's backend already started") from e
+  cluster = None
+  if not several and not num_processes and auto_detect:
+    cluster = detected_cluster()
+  if not several and cluster is None:
+    return 1
+  if jax.distributed.is_initialized():
+    return jax.process_count()
+  kwargs = {}
+  if several:
+    kwargs = dict(
+      coordinator_address=coordinator_address,
+      num_processes=int(num_processes),
+      process_id=int(process_id),
+    )
+  where = coordinator_address or f"the {cluster} cluster's coordinator"
+  try:
+    jax.distributed.initialize(
+      **kwargs,
+      initialization_timeout=int(timeout_s),
+      heartbeat_timeout_seconds=max(10, int(timeout_s)),
+    )
+  except Exception as e:  # XlaRuntimeError / ValueError / RuntimeError from the runtime
+    first = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), type(e).__name__)
+    raise LaunchError(
+      f"process {process_id if process_id is not None else '?'} of "
+      f"{num_processes or '?'} could not join {where} within {timeout_s} s ({first}); check "
+      "that every process got the same --coordinator_address and --num_processes and its "
+      "own --process_id, and that process 0 is running"
+    ) from e
+  return jax.process_count()
+
+
+def is_primary() -> bool:
+  """Whether this process writes the run's files (results, logs, plots): process 0."""
+  return jax.process_index() == 0
+
+
+def multiprocess() -> bool:
+  return jax.process_count() > 1
+
+
+def any_process(flag: bool) -> bool:
+  """Whether ``flag`` is true in any process (a collective: every process must call it;
+  the flag itself when there is only one)."""
+  if not multiprocess():
+    return bool(flag)
+  from jax.experimental import multihost_utils
+
+  flags = multihost_utils.process_allgather(np.asarray([int(bool(flag))], np.int32))
+  return bool(np.any(np.asarray(flags)))
+
+
+# ---------------------------------------------------------------------- absl flags
+def define_flags() -> None:
+  """The launch flags, for any absl binary (``experiments.run``, the study binaries)."""
+  from absl import flags
+
+  flags.DEFINE_string(
+    "coordinator_address",
+    "",
+    "host:port of process 0's coordinator, the same in every process of a multi-process run "
+    "('' with --num_processes=0: JAX's cluster auto-detection, or one process)",
+  )
+  flags.DEFINE_integer(
+    "num_processes",
+    0,
+    "processes of one multi-process run (jax.distributed); 0 = auto-detect a cluster (SLURM, "
+    "Open MPI, Cloud TPU) or run as one process; 1 = one process",
+  )
+  flags.DEFINE_integer("process_id", None, "this process's index in [0, --num_processes)")
+  flags.DEFINE_integer(
+    "distributed_timeout",
+    DEFAULT_TIMEOUT_S,
+    "seconds to wait for the other processes (initialization and heartbeat) before failing",
+  )
+  flags.DEFINE_integer(
+    "cpu_devices", 0, "on CPU, expose this many JAX devices in this process (0 = JAX's default)"
+  )
+
+
+def initialize_from_flags() -> int:
+  """:func:`initialize` with the values of :func:`define_flags`' flags."""
+  from absl import flags
+
+  f = flags.FLAGS
+  return initialize(
+    f.coordinator_address or None,
+    f.num_processes,
+    f.process_id,
+    f.distributed_timeout,
+    f.cpu_devices,
+  )
+
+
+# ---------------------------------------------------------------------- local launcher
+def free_port() -> int:
+  """A TCP port that is free on this machine now (for a local coordinator)."""
+  import socket
+
+  with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    s.bind(("127.0.0.1", 0))
+    return int(s.getsockname()[1])
+
+
+def local_commands(
+  num_processes: int, args: list[str], module: str = "experiments.run", cpu_devices: int = 1,
+  port: int | None = None,
+) -> list[list[str]]:
+  """The command lines of N processes of ``python -m module args`` on this machine, joined
+  through a coordinator on 127.0.0.1 (one per process; process 0 hosts the coordinator)."""
+  import sys
+
+  check_launch("127.0.0.1:1", num_processes, 0, DEFAULT_TIMEOUT_S, cpu_devices)
+  if num_processes < 1:
+    raise LaunchError(f"--num_processes={num_processes} is out of range; allowed: integers >= 1")
+  address = f"127.0.0.1:{port or free_port()}"
+  return [
+    [sys.executable, "-m", module, *args, f"--coordinator_address={address}",
+     f"--num_processes={num_processes}", f"--process_id={i}", f"--cpu_devices={cpu_devices}"]
+    for i in range(num_processes)
+  ]  # fmt: skip
+
+
+def launch_local(
+  num_processes: int,
+  args: list[str],
+  module: str = "experiments.run",
+  cpu_devices: int = 1,
+  timeout_s: float | None = None,
+  env: dict | None = None,
+  log_dir: str | None = None,
+) -> list[int]:
+  """Runs N processes of one multi-process run on this machine (CPU devices, gloo) and
+  returns their exit codes (process 0 first).
+
+  Processes 1..N-1 write their output to ``log_dir/process_<i>.log`` (or inherit this
+  process's streams when ``log_dir`` is None). When one process fails, the others are
+  stopped (SIGTERM, then SIGKILL after 10 s); after ``timeout_s`` seconds all of them are
+  killed (exit code -9), so a launch never hangs forever. SIGINT/SIGTERM to the launcher
+  are passed on to every process (they checkpoint and stop at the same round).
+  """
+  import os
+  import signal
+  import subprocess
+  import time
+
+  env = dict(os.environ if env is None else env)
+  env.setdefault("JAX_PLATFORMS", "cpu")
+  procs, logs = [], []
+  for i, cmd in enumerate(local_commands(num_processes, args, module, cpu_devices)):
+    out = None
+    if log_dir and i > 0:
+      os.makedirs(log_dir, exist_ok=True)
+      out = open(os.path.join(log_dir, f"process_{i}.log"), "w")  # noqa: SIM115
+      logs.append(out)
+    procs.append(
+      subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT if out else None)
+    )
+
+  def forward(signum, frame):
+    del frame
+    for p in procs:
+      if p.poll() is None:
+        p.send_signal(signum)
+
+  old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+  deadline = None if timeout_s is None else time.monotonic() + timeout_s
+  stop_at = None
+  try:
+    while any(p.poll() is None for p in procs):
+      now = time.monotonic()
+      failed = any(p.returncode not in (None, 0) for p in procs)
+      if failed and stop_at is None:
+        stop_at = now + 10.0
+        forward(signal.SIGTERM, None)
+      if (deadline is not None and now > deadline) or (stop_at is not None and now > stop_at):
+        for p in procs:
+          if p.poll() is None:
+            p.kill()
+      time.sleep(0.1)
+  finally:
+    for s, h in old.items():
+      signal.signal(s, h)
+    for p in procs:
+      if p.poll() is None:
+        p.kill()
+      p.wait()
+    for f in logs:
+      f.close()
+  return [p.returncode for p in procs]
