@@ -265,7 +265,7 @@ def main(argv):
   try:
     distributed.initialize_from_flags()  # before JAX starts its backend
   except distributed.LaunchError as e:
-    _fail(str(e), 2)
+    distributed.fail(str(e), 2)
   try:
     config = check_config(argv)
   except UsageError as e:

@@ -18,7 +18,11 @@ N processes on this machine.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import sys
+import threading
 
 import jax
 import numpy as np
@@ -139,21 +143,69 @@ def initialize(
       process_id=int(process_id),
     )
   where = coordinator_address or f"the {cluster} cluster's coordinator"
-  try:
-    jax.distributed.initialize(
-      **kwargs,
-      initialization_timeout=int(timeout_s),
-      heartbeat_timeout_seconds=max(10, int(timeout_s)),
-    )
-  except Exception as e:  # XlaRuntimeError / ValueError / RuntimeError from the runtime
-    first = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), type(e).__name__)
+  message = (
+    f"process {process_id if process_id is not None else '?'} of {num_processes or '?'} did "
+    f"not come together with the others at {where} within {timeout_s} s; check that every "
+    "process got the same --coordinator_address and --num_processes and its own "
+    "--process_id, and that process 0 is running (--distributed_timeout)"
+  )
+  with _watchdog(timeout_s, message):
+    try:
+      # the runtime's own timeouts come after the watchdog's: when it gives up it aborts the
+      # process with a C++ stack trace instead of raising
+      jax.distributed.initialize(
+        **kwargs,
+        initialization_timeout=int(timeout_s) + 30,
+        heartbeat_timeout_seconds=min(max(10, int(timeout_s)), 100),
+        shutdown_timeout_seconds=max(10, int(timeout_s)),
+      )
+    except Exception as e:  # ValueError / RuntimeError from the runtime
+      first = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), type(e).__name__)
+      raise LaunchError(f"{message} ({first})") from e
+    # the backend's topology exchange and one collective over every device (a missing
+    # process stops here: the watchdog); every process learns what the others were told
+    from jax.experimental import multihost_utils
+
+    told = np.asarray([num_processes or 0, -1 if process_id is None else process_id], np.int32)
+    everyone = np.asarray(multihost_utils.process_allgather(told)).reshape(-1, 2)
+  counts = sorted({int(c) for c in everyone[:, 0]})
+  if several and (counts != [num_processes] or jax.process_count() != num_processes):
     raise LaunchError(
-      f"process {process_id if process_id is not None else '?'} of "
-      f"{num_processes or '?'} could not join {where} within {timeout_s} s ({first}); check "
-      "that every process got the same --coordinator_address and --num_processes and its "
-      "own --process_id, and that process 0 is running"
-    ) from e
+      f"the processes were launched with different --num_processes ({counts}) and "
+      f"{jax.process_count()} of them joined; give every process the same --num_processes"
+    )
   return jax.process_count()
+
+
+@contextlib.contextmanager
+def _watchdog(timeout_s: float, message: str):
+  """Ends the process with ``error: message`` (one line, exit code 2) unless the block
+  finishes within ``timeout_s`` seconds. JAX's runtime waits in C++ with the GIL released,
+  so this thread runs while it waits."""
+  done = threading.Event()
+
+  def watch():
+    if not done.wait(timeout_s):
+      print(f"error: {message}", file=sys.stderr, flush=True)
+      os._exit(2)
+
+  thread = threading.Thread(target=watch, name="fedjax_sel-launch-watchdog", daemon=True)
+  thread.start()
+  try:
+    yield
+  finally:
+    done.set()
+
+
+def fail(message: str, code: int = 2):
+  """Prints ``error: message`` and ends the process. Once the processes are joined it ends at
+  once (``os._exit``): a normal exit would first wait for the others at JAX's shutdown
+  barrier, for up to --distributed_timeout seconds."""
+  print(f"error: {message}", file=sys.stderr, flush=True)
+  if jax.distributed.is_initialized():
+    sys.stdout.flush()
+    os._exit(code)
+  sys.exit(code)
 
 
 def is_primary() -> bool:
@@ -232,16 +284,16 @@ def local_commands(
   num_processes: int, args: list[str], module: str = "experiments.run", cpu_devices: int = 1,
   port: int | None = None,
 ) -> list[list[str]]:
-  """The command lines of N processes of ``python -m module args`` on this machine, joined
-  through a coordinator on 127.0.0.1 (one per process; process 0 hosts the coordinator)."""
-  import sys
-
+  """The command lines of N processes of ``python -m module args`` (``python module args``
+  when ``module`` is a .py file) on this machine, joined through a coordinator on
+  127.0.0.1 (process 0 hosts it)."""
   check_launch("127.0.0.1:1", num_processes, 0, DEFAULT_TIMEOUT_S, cpu_devices)
   if num_processes < 1:
     raise LaunchError(f"--num_processes={num_processes} is out of range; allowed: integers >= 1")
   address = f"127.0.0.1:{port or free_port()}"
+  program = [module] if module.endswith(".py") else ["-m", module]
   return [
-    [sys.executable, "-m", module, *args, f"--coordinator_address={address}",
+    [sys.executable, *program, *args, f"--coordinator_address={address}",
      f"--num_processes={num_processes}", f"--process_id={i}", f"--cpu_devices={cpu_devices}"]
     for i in range(num_processes)
   ]  # fmt: skip
@@ -265,7 +317,6 @@ def launch_local(
   killed (exit code -9), so a launch never hangs forever. SIGINT/SIGTERM to the launcher
   are passed on to every process (they checkpoint and stop at the same round).
   """
-  import os
   import signal
   import subprocess
   import time
