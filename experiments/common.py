@@ -14,20 +14,32 @@ from collections.abc import Callable
 
 import ml_collections
 import numpy as np
-from absl import flags, logging
+from absl import app, flags, logging
 
 from fedjax_sel import experiment
+from fedjax_sel.core import distributed
 from fedjax_sel.metrics import results
 
 
 def define_flags(default_seeds: str = "0,1,2") -> None:
-  """--output_dir, --quick, --seeds, --rounds, --data_dir, --resume (every paper binary)."""
+  """--output_dir, --quick, --seeds, --rounds, --data_dir, --resume (every paper binary),
+  and the multi-process launch flags (``--coordinator_address``, ``--num_processes``,
+  ``--process_id``, ...; the processes join before ``main`` runs)."""
+  distributed.define_flags()
+  app.call_after_init(_join_processes)
   flags.DEFINE_string("output_dir", "", "folder for tables (CSV, Markdown) and figures (PNG)")
   flags.DEFINE_bool("quick", False, "a few rounds on tiny settings (smoke test)")
   flags.DEFINE_string("seeds", default_seeds, "comma-separated seeds; results are mean +- std")
   flags.DEFINE_integer("rounds", 0, "override the paper's number of rounds (0 = paper's)")
   flags.DEFINE_string("data_dir", "", "TFDS data_dir for the real-dataset columns")
   flags.DEFINE_bool("resume", True, "skip finished cells and resume unfinished ones")
+
+
+def _join_processes() -> None:
+  try:
+    distributed.initialize_from_flags()
+  except distributed.LaunchError as e:
+    distributed.fail(str(e), 2)
 
 
 def parse_seeds(text: str) -> list[int]:

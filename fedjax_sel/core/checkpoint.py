@@ -91,7 +91,10 @@ def _orbax_manager(output_dir: str, keep: int = 2):
   options = ocp.CheckpointManagerOptions(
     max_to_keep=max(keep, 1), enable_async_checkpointing=False, create=True
   )
-  return ocp, ocp.CheckpointManager(_orbax_root(output_dir), options=options)
+  handlers = {"state": ocp.StandardCheckpointHandler(), "extra": ocp.JsonCheckpointHandler()}
+  return ocp, ocp.CheckpointManager(
+    _orbax_root(output_dir), options=options, item_handlers=handlers
+  )
 
 
 def _orbax_leaves(state: Any) -> dict:

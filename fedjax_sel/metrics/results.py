@@ -1,7 +1,9 @@
 """Results files that survive crashes: atomic JSON, complete JSONL lines, plots.
 
 Every file is written to a temporary name in the same folder and renamed into place, so
-a reader (or a crash) never sees a half-written file.
+a reader (or a crash) never sees a half-written file. In a run of several processes
+(``jax.distributed``) only process 0 writes: the others' writes are skipped
+(:func:`writes_here`), so every results file, table and plot is written once.
 """
 
 from __future__ import annotations
@@ -25,8 +27,18 @@ def _default(o):
   return str(o)
 
 
+def writes_here() -> bool:
+  """Whether this process writes results files: yes, except in processes 1, 2, ... of a
+  multi-process run (``jax.distributed``), whose results process 0 writes."""
+  import jax
+
+  return not jax.distributed.is_initialized() or jax.process_index() == 0
+
+
 def atomic_write_text(path: str, text: str) -> None:
-  """Writes ``text`` to ``path`` via a temp file + fsync + rename."""
+  """Writes ``text`` to ``path`` via a temp file + fsync + rename (process 0 only)."""
+  if not writes_here():
+    return
   folder = os.path.dirname(os.path.abspath(path))
   os.makedirs(folder, exist_ok=True)
   fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
@@ -43,6 +55,8 @@ def atomic_write_text(path: str, text: str) -> None:
 
 
 def atomic_write_bytes(path: str, data: bytes) -> None:
+  if not writes_here():
+    return
   folder = os.path.dirname(os.path.abspath(path))
   os.makedirs(folder, exist_ok=True)
   fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
@@ -74,6 +88,8 @@ def write_jsonl(path: str, records: Iterable[dict]) -> None:
 def append_jsonl(path: str, record: dict) -> None:
   """Appends one complete line. A crash mid-append can only leave a torn last line,
   which ``read_jsonl`` drops; ``write_jsonl`` rewrites the file clean on resume."""
+  if not writes_here():
+    return
   with open(path, "a") as f:
     f.write(dumps_line(record) + "\n")
     f.flush()
