@@ -401,6 +401,12 @@ def _setup(c, output_dir, resume, dataset, simulation) -> _Setup:
         f"dataset {dataset.name!r}: all of its {dataset.num_clients} clients have 0 "
         "training examples; allowed: at least one client with examples"
       )
+    # several processes: each loaded (or generated) the data itself; they must agree
+    tr = dataset.train
+    distributed.check_same_everywhere("the config", _fingerprint(c))
+    distributed.check_same_everywhere(
+      "the training data", tr.counts, tr.y, np.asarray(tr.x[:4096]), np.asarray(tr.x[-4096:])
+    )
     sim = simulation if simulation is not None else build(c, dataset)[0]
     if distributed.is_primary():
       os.makedirs(output_dir, exist_ok=True)

@@ -388,12 +388,13 @@ def _avals(tree):
   return [(x.shape, x.dtype, x.weak_type) for x in jax.tree.leaves(tree)]
 
 
-def test_checkpoint_round_trip_is_exact_and_keeps_the_newest_two(tmp_path):
+@pytest.mark.parametrize("fmt", ["npz", "orbax"])  # orbax: the format of several processes
+def test_checkpoint_round_trip_is_exact_and_keeps_the_newest_two(tmp_path, fmt):
   out = str(tmp_path)
   tree = _tree()
   for r in (1, 2, 3):
     bumped = dict(tree, count=tree["count"] + r)
-    checkpoint.save(out, bumped, r, {"seconds": 1.5 * r})
+    checkpoint.save(out, bumped, r, {"seconds": 1.5 * r}, fmt=fmt)
   assert checkpoint.all_rounds(out) == [2, 3]
   restored, extra = checkpoint.restore(out, tree)
   assert extra == {"seconds": 4.5}
@@ -426,9 +427,10 @@ def test_checkpoint_falls_back_past_a_torn_file_and_ignores_temp_files(tmp_path,
     checkpoint.restore(out, tree)
 
 
-def test_checkpoint_of_another_config_is_refused(tmp_path):
+@pytest.mark.parametrize("fmt", ["npz", "orbax"])
+def test_checkpoint_of_another_config_is_refused(tmp_path, fmt):
   out = str(tmp_path)
-  checkpoint.save(out, _tree(), 1)
+  checkpoint.save(out, _tree(), 1, fmt=fmt)
   with pytest.raises(checkpoint.CheckpointMismatchError, match=r"expects float32\[3, 3\]"):
     checkpoint.restore(out, dict(_tree(), w=jnp.zeros((3, 3))))
   with pytest.raises(checkpoint.CheckpointMismatchError, match="has 6 arrays"):
@@ -478,7 +480,8 @@ def test_sigkill_during_checkpoint_writes_leaves_only_readable_checkpoints(tmp_p
       assert extra == {"r": r} and int(state["r"]) == r and state["big"][0] == r
 
 
-def test_every_registered_components_state_round_trips_exactly(tmp_path):
+@pytest.mark.parametrize("fmt", ["npz", "orbax"])
+def test_every_registered_components_state_round_trips_exactly(tmp_path, fmt):
   """Checkpointing is exact for any component's state: random values of the shapes, dtypes
   and weak types each registered component's ``init`` returns (found with eval_shape)."""
   n = 6
@@ -506,7 +509,7 @@ def test_every_registered_components_state_round_trips_exactly(tmp_path):
 
   states = jax.tree.map(fill, shapes)
   out = str(tmp_path)
-  checkpoint.save(out, states, 1)
+  checkpoint.save(out, states, 1, fmt=fmt)
   restored, _ = checkpoint.restore(out, states)
   assert jax.tree.structure(restored) == jax.tree.structure(states)
   assert _avals(restored) == _avals(states)

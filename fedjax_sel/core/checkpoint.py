@@ -136,8 +136,8 @@ def _orbax_read(output_dir: str, round_index: int, template: Any) -> tuple[Any, 
     saved = dict(manager.item_metadata(round_index)["state"].tree)
     if sorted(saved) != sorted(wanted):
       raise CheckpointMismatchError(
-        f"checkpoint {path} has {len(saved)} non-empty arrays but this experiment's state has "
-        f"{len(wanted)}: it was written by a different configuration"
+        f"checkpoint {path} has {len(saved)} arrays of non-zero size but this experiment's "
+        f"state has {len(wanted)}: it was written by a different configuration"
       )
     for name, ref in wanted.items():
       shape, dtype = tuple(saved[name].shape), np.dtype(saved[name].dtype)

@@ -228,6 +228,34 @@ def any_process(flag: bool) -> bool:
   return bool(np.any(np.asarray(flags)))
 
 
+def check_same_everywhere(what: str, *parts) -> None:
+  """Raises ValueError (one line) unless every process passes equal ``parts`` (arrays or
+  JSON-able values, compared by a CRC-32 of their bytes): e.g. the config and the data,
+  which every process must load or generate identically. A collective; nothing to do in
+  one process."""
+  if not multiprocess():
+    return
+  import json
+  import zlib
+
+  crc = 0
+  for part in parts:
+    if isinstance(part, np.ndarray) or hasattr(part, "__array__"):
+      data = np.ascontiguousarray(np.asarray(part)).tobytes()
+    else:
+      data = json.dumps(part, sort_keys=True, default=str).encode()
+    crc = zlib.crc32(data, crc)
+  from jax.experimental import multihost_utils
+
+  crcs = np.asarray(multihost_utils.process_allgather(np.asarray([crc], np.uint32))).ravel()
+  differ = [i for i, c in enumerate(crcs.tolist()) if c != int(crcs[0])]
+  if differ:
+    raise ValueError(
+      f"{what} differs between processes (processes {differ} disagree with process 0); every "
+      "process must run the same command on the same files"
+    )
+
+
 # ---------------------------------------------------------------------- absl flags
 def define_flags() -> None:
   """The launch flags, for any absl binary (``experiments.run``, the study binaries)."""

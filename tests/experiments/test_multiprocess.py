@@ -124,7 +124,12 @@ def _same_run(a, b):
   )
 
 
-@pytest.mark.parametrize("aggregator", ["fedavg", "mifa"])
+@pytest.mark.parametrize(
+  "aggregator",
+  # MIFA (its [N, ...] memory split over the processes' devices) in the default run; FedAvg
+  # (everything replicated but the cohort) with -m slow: each case is two launches, ~1 min
+  [pytest.param("fedavg", marks=pytest.mark.slow), "mifa"],
+)
 def test_two_processes_equal_one_process_with_two_devices(runs, aggregator):
   out, two, written = runs(aggregator, "two")
   one = runs(aggregator, "one")
@@ -269,3 +274,16 @@ def test_one_process_needs_no_launch_flags():
   assert distributed.check_launch(None, 0, None) is False
   assert distributed.check_launch(None, 1, 0) is False
   assert distributed.check_launch("10.0.0.1:1234", 4, 3) is True
+
+
+def test_processes_given_different_configs_fail_in_one_line():
+  """Every process loads its own data: a process given another config (here another
+  --data_seed) would train on other data; all of them stop with one line instead."""
+  address = f"127.0.0.1:{distributed.free_port()}"
+  commands = [_run_cmd(address, 2, 0, timeout=60), _run_cmd(address, 2, 1, timeout=60)]
+  commands[1].append("--data_seed=1")
+  results, _ = _launch_fails(commands, 180)
+  for code, err in results:
+    assert "the config differs between processes (processes [1] disagree" in _one_error_line(
+      code, err
+    )
