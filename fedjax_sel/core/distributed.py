@@ -83,20 +83,33 @@ def check_launch(
   return False
 
 
+# cluster environments joined without launch flags, and when: SLURM and Open MPI when they
+# started several tasks, Cloud TPU VMs always (a pod slice's workers). Kubernetes and mpi4py
+# are left out: a plain pod (a CI runner, a notebook) would otherwise try to join a job.
+_AUTO_JOIN = {
+  "SlurmCluster": lambda env: int(env.get("SLURM_NTASKS", env.get("SLURM_NPROCS", "1")) or 1) > 1,
+  "OmpiCluster": lambda env: int(env.get("OMPI_COMM_WORLD_SIZE", "1") or 1) > 1,
+  "GceTpuCluster": lambda env: True,
+  "GkeTpuCluster": lambda env: True,
+}
+
+
 def detected_cluster() -> str | None:
-  """The name of the cluster environment JAX's auto-detection would join (SLURM, Open MPI,
-  Cloud TPU, Kubernetes, ...), or None (a plain machine: one process)."""
+  """The cluster environment (JAX's own detection, ``jax._src.clusters``) that a run without
+  launch flags joins: a SLURM or Open MPI job of several tasks, or a Cloud TPU VM; None
+  otherwise (one process)."""
   try:
     from jax._src import clusters
   except ImportError:  # pragma: no cover (JAX moved its cluster detection)
     return None
   for env in clusters.ClusterEnv._cluster_types:
+    join = _AUTO_JOIN.get(env.__name__)
+    if join is None:
+      continue
     try:
-      if env.opt_in_only_method:
-        continue
-      if env.is_env_present():
+      if env.is_env_present() and join(os.environ):
         return env.__name__
-    except Exception:  # pragma: no cover (a detector that needs a network)
+    except Exception:  # pragma: no cover (a detector that needs a network, a bad variable)
       continue
   return None
 
@@ -114,9 +127,9 @@ def initialize(
   Must run before JAX starts its backend (before any array is made). ``cpu_devices`` > 0
   exposes that many CPU devices in this process (``jax_num_cpu_devices``). With
   ``num_processes`` >= 2 (or, when every launch flag is absent and ``auto_detect``, on a
-  cluster JAX detects), calls ``jax.distributed.initialize`` with ``timeout_s`` as its
-  initialization and heartbeat timeouts, so a launch that cannot gather all processes
-  fails within about ``timeout_s`` seconds.
+  cluster JAX detects), calls ``jax.distributed.initialize`` and gathers every process's
+  launch flags under a watchdog: a launch that does not come together within ``timeout_s``
+  seconds ends the process with one ``error:`` line (exit code 2).
 
   Raises:
     LaunchError: a bad flag value, or a launch that did not come together (one line).

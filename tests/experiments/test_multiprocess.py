@@ -287,3 +287,23 @@ def test_processes_given_different_configs_fail_in_one_line():
     assert "the config differs between processes (processes [1] disagree" in _one_error_line(
       code, err
     )
+
+
+SLURM = dict(SLURM_JOB_ID="7", SLURM_STEP_NODELIST="n1", SLURM_PROCID="0", SLURM_LOCALID="0")
+
+
+@pytest.mark.parametrize(
+  "environ,expected",
+  [
+    ({}, None),
+    (dict(SLURM, SLURM_NTASKS="1"), None),  # one task: one process, nothing to join
+    (dict(SLURM, SLURM_NTASKS="4"), "SlurmCluster"),
+    ({"KUBERNETES_SERVICE_HOST": "10.0.0.1"}, None),  # a plain pod joins nothing
+  ],
+)
+def test_cluster_auto_detection_joins_only_jobs_of_several_tasks(monkeypatch, environ, expected):
+  for name in [*SLURM, "SLURM_NTASKS", "OMPI_MCA_orte_hnp_uri", "KUBERNETES_SERVICE_HOST"]:
+    monkeypatch.delenv(name, raising=False)
+  for name, value in environ.items():
+    monkeypatch.setenv(name, value)
+  assert distributed.detected_cluster() == expected
