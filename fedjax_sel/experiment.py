@@ -772,6 +772,11 @@ def run_batch(
   """
   k_all = len(configs)
   try:
+    if distributed.multiprocess():  # issue 18 shards one experiment's state, not a batch's
+      raise ValueError(
+        f"{k_all} batched experiments (--seeds) in a run of {jax.process_count()} processes; "
+        "allowed: one process, or one multi-process run per experiment (--seed)"
+      )
     if k_all < 1 or len(output_dirs) != k_all:
       raise ValueError(
         f"{k_all} configs and {len(output_dirs)} output_dirs; allowed: K >= 1 of each"

@@ -4,6 +4,7 @@ with two devices. Every subprocess has a timeout, so a hang fails the test inste
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -156,7 +157,8 @@ def _orbax_rounds(out):
 
 def test_resume_after_both_processes_are_killed(runs, tmp_path):
   """SIGKILL both processes mid-run, restart both with --resume: the results equal an
-  uninterrupted two-process run's."""
+  uninterrupted two-process run's; so do those of one process with two devices resuming
+  the same checkpoint."""
   out = str(tmp_path / "killed")
   args = [*ARGS, "--aggregator=mifa", f"--output_dir={out}"]
   commands = distributed.local_commands(2, args, cpu_devices=1)
@@ -179,6 +181,10 @@ def test_resume_after_both_processes_are_killed(runs, tmp_path):
   assert [p.returncode for p in procs] == [-signal.SIGKILL] * 2
   summary = os.path.join(out, "summary.json")
   assert not os.path.exists(summary)
+  # the same checkpoint resumed by one process with two devices (orbax read in one process)
+  alone = str(tmp_path / "resumed_alone")
+  shutil.copytree(out, alone)
+  resumed_alone = run_one_process(alone, [a for a in args if "output_dir" not in a] + ["--resume"])
   codes = distributed.launch_local(
     2, [*args, "--resume"], cpu_devices=1, timeout_s=TIMEOUT_S, env=_env(),
     log_dir=str(tmp_path / "logs"),
@@ -189,6 +195,7 @@ def test_resume_after_both_processes_are_killed(runs, tmp_path):
   _same_run(resumed, uninterrupted)
   # resumed from the checkpoint, not rerun: equal bit for bit
   assert [r["test_loss"] for r in resumed[1]] == [r["test_loss"] for r in uninterrupted[1]]
+  _same_run(resumed_alone, uninterrupted)
 
 
 def _launch_fails(commands, timeout_s):
