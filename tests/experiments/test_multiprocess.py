@@ -314,3 +314,38 @@ def test_cluster_auto_detection_joins_only_jobs_of_several_tasks(monkeypatch, en
   for name, value in environ.items():
     monkeypatch.setenv(name, value)
   assert distributed.detected_cluster() == expected
+
+
+@pytest.mark.slow
+def test_sigterm_to_one_process_stops_both_at_the_same_round(runs, tmp_path):
+  """SIGTERM reaches process 0 only: both processes stop after the same block of rounds,
+  write one checkpoint together and exit as interrupted; --resume then finishes the run
+  with the uninterrupted run's results."""
+  out = str(tmp_path / "stopped")
+  args = [*ARGS, "--aggregator=mifa", f"--output_dir={out}"]
+  procs = [
+    subprocess.Popen(c, env=_env(), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                     text=True)
+    for c in distributed.local_commands(2, args, cpu_devices=1)
+  ]  # fmt: skip
+  try:
+    deadline = time.monotonic() + TIMEOUT_S
+    while not _orbax_rounds(out) and time.monotonic() < deadline:
+      time.sleep(0.02)
+    procs[0].send_signal(signal.SIGTERM)
+    errs = [p.communicate(timeout=TIMEOUT_S)[1] for p in procs]
+  finally:
+    for p in procs:
+      if p.poll() is None:
+        p.kill()
+        p.wait()
+  assert [p.returncode for p in procs] == [128 + signal.SIGTERM] * 2, errs[1][-2000:]
+  stopped_at = {int(e.split("after round ")[1].split(";")[0]) for e in errs}
+  assert len(stopped_at) == 1 and _orbax_rounds(out)[-1] == stopped_at.pop() < 12
+  codes = distributed.launch_local(
+    2, [*args, "--resume"], cpu_devices=1, timeout_s=TIMEOUT_S, env=_env(),
+    log_dir=str(tmp_path / "logs"),
+  )  # fmt: skip
+  assert codes == [0, 0]
+  _, uninterrupted, _ = runs("mifa", "two")
+  _same_run(_read(out), uninterrupted)
