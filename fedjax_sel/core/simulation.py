@@ -148,10 +148,13 @@ class SimulationConfig(NamedTuple):
   num_noise_inputs: int = 16
   loss_examples: int = 64  # examples per client for ctx.client_losses
   engine: engine_lib.EngineConfig = engine_lib.EngineConfig()
-  # test examples per model call in evaluation: 1024 keeps results bit for bit as before
-  # issue 23; a CNN's evaluation temporaries are ~1.3 GB at 1024 (cnn_mnist), ~4x less at
-  # 256 (other chunk sizes change results by float rounding, ~5e-7)
-  eval_chunk: int = 1024
+  # test examples per model call in evaluation; 0: automatic, the largest of 1024 and the
+  # powers of two below whose forward temporaries fit in eval_memory_mb (estimated from
+  # the forward's jaxpr: evaluation.auto_chunk). Dense models keep 1024 (results bit for
+  # bit as before issue 23); cnn_mnist gets 128 (its temporaries at 1024: 1.3 GB; other
+  # chunk sizes change per-example values by float rounding, <= 5e-7)
+  eval_chunk: int = 0
+  eval_memory_mb: int = 512
 
 
 def make_server_optimizer(name: str, lr: float, momentum: float = 0.9):
@@ -261,7 +264,8 @@ class Simulation:
       config.lr_step_gamma,
     )
     check_range("sketch_dim", config.sketch_dim, 1)
-    check_range("eval_chunk", config.eval_chunk, 1)
+    check_range("eval_chunk", config.eval_chunk, 0)
+    check_range("eval_memory_mb", config.eval_memory_mb, 1)
     num_clients = data.num_clients
     num_selected = int(selection.num_selected)
     if num_selected < 1 or num_selected > num_clients:
@@ -284,6 +288,12 @@ class Simulation:
     )
     train = data.train
     p = num_params(model)  # the auto parallelism rule and the sketch size
+    self.eval_chunk = int(config.eval_chunk) or evaluation.auto_chunk(
+      model.apply,
+      jax.eval_shape(model.init, jax.random.PRNGKey(0)),
+      model.input_shape,
+      int(config.eval_memory_mb) << 20,
+    )
     x_divisor = float(getattr(data, "x_divisor", 1.0))
     self.x_divisor = x_divisor
     # The engine puts the training arrays on device in their stored dtype (replicated on
@@ -432,7 +442,7 @@ class Simulation:
       self.model.apply,
       params,
       data.test,
-      self.config.eval_chunk,
+      self.eval_chunk,
       divisor=self.x_divisor,
       mesh=self._mesh,
     )
@@ -445,7 +455,7 @@ class Simulation:
       params,
       data.local_test,
       data.local_counts,
-      self.config.eval_chunk,
+      self.eval_chunk,
       divisor=self.x_divisor,
       mesh=self._mesh,
       client_of=data.local_client_of,

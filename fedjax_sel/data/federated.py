@@ -92,12 +92,54 @@ class FederatedData(NamedTuple):
 STORED_DTYPES = (np.uint8, np.uint16)
 
 
+ALIGNMENT = 64  # bytes: XLA:CPU takes a host buffer aligned so without copying it
+
+
+def aligned(a: np.ndarray, alignment: int = ALIGNMENT) -> np.ndarray:
+  """``a`` itself if its buffer starts on an ``alignment``-byte boundary and is C-contiguous,
+  else an aligned C-contiguous copy.
+
+  Why: on the CPU backend ``jax.device_put`` of an aligned numpy array aliases the host
+  buffer instead of copying it, so a dataset stored aligned occupies memory once, not
+  twice (measured: 800k 28x28 uint8 images, 0.63 GB, peak RSS +0.63 GB when copied,
+  +0.003 GB when aliased). Numpy's own allocations are only 16-byte aligned.
+  """
+  a = np.asarray(a)
+  if a.flags.c_contiguous and (a.ctypes.data % alignment == 0 or a.nbytes == 0):
+    return a
+  out = aligned_empty(a.shape, a.dtype, alignment)
+  out[...] = a
+  return out
+
+
+def aligned_empty(shape, dtype, alignment: int = ALIGNMENT) -> np.ndarray:
+  """An uninitialized C-contiguous array whose buffer is ``alignment``-byte aligned."""
+  dtype = np.dtype(dtype)
+  nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+  buf = np.empty(nbytes + alignment, np.uint8)
+  start = (-buf.ctypes.data) % alignment
+  return buf[start : start + nbytes].view(dtype).reshape(shape)
+
+
 def stored_x(x: np.ndarray) -> np.ndarray:
-  """Examples as a split keeps them: uint8 / uint16 as they are, anything else float32."""
+  """Examples as a split keeps them: uint8 / uint16 as they are, anything else float32;
+  C-contiguous and 64-byte aligned (:func:`aligned`)."""
   x = np.asarray(x)
-  if x.dtype in STORED_DTYPES:
-    return x
-  return x.astype(np.float32, copy=False)
+  if x.dtype not in STORED_DTYPES:
+    x = x.astype(np.float32, copy=False)
+  return aligned(x)
+
+
+def _take_stored(x, order: np.ndarray) -> np.ndarray:
+  """``stored_x(x[order])`` gathered straight into an aligned buffer (one copy, not two)."""
+  x = np.asarray(x)
+  dtype = x.dtype if x.dtype in STORED_DTYPES else np.dtype(np.float32)
+  out = aligned_empty((order.shape[0], *x.shape[1:]), dtype)
+  if x.dtype == dtype:
+    np.take(x, order, axis=0, out=out)
+  else:
+    out[...] = x[order]
+  return out
 
 
 def decode(x: np.ndarray, x_divisor: float = 1.0) -> np.ndarray:
@@ -188,7 +230,7 @@ def split_from_indices(
   counts = np.array([len(i) for i in client_indices], np.int32)
   offsets = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int32)
   return ClientSplit(
-    x=stored_x(np.asarray(x)[order]),
+    x=_take_stored(x, order),
     y=np.asarray(y[order], np.int32),
     offsets=offsets,
     counts=counts,

@@ -223,16 +223,20 @@ def missing_message(dataset: str, searched: list[str]) -> str:
   )
 
 
-def load_idx(dataset: str, folder: str, split: str = "train") -> tuple[np.ndarray, np.ndarray]:
+def load_idx(
+  dataset: str, folder: str, split: str = "train", dtype: str = "float32"
+) -> tuple[np.ndarray, np.ndarray]:
   """One split of MNIST / Fashion-MNIST from the IDX files in ``folder``.
 
   Args:
     dataset: ``"mnist"`` or ``"fashion_mnist"``.
     folder: a folder holding the split's two files (see ``find_idx_dir``).
     split: ``"train"`` or ``"test"``.
+    dtype: ``"float32"`` (pixels / 255) or ``"uint8"`` (the pixels as stored).
 
   Returns:
-    x: f32[n, rows, cols, 1] pixel values / 255 (exactly the TFDS reader's values);
+    x: f32[n, rows, cols, 1] pixel values / 255 (exactly the TFDS reader's values), or
+      u8[n, rows, cols, 1] as stored;
     y: i32[n] labels in [0, 10).
 
   Raises:
@@ -240,6 +244,8 @@ def load_idx(dataset: str, folder: str, split: str = "train") -> tuple[np.ndarra
   """
   if dataset not in IDX_DATASETS:
     raise ValueError(f"no IDX files for {dataset!r}; allowed: {', '.join(IDX_DATASETS)}")
+  if dtype not in ("float32", "uint8"):
+    raise ValueError(f"dtype={dtype!r}; allowed: float32, uint8")
   images, labels = read_split(folder, split)
   num_classes = IDX_DATASETS[dataset][0]
   if labels.size and int(labels.max()) >= num_classes:
@@ -247,7 +253,7 @@ def load_idx(dataset: str, folder: str, split: str = "train") -> tuple[np.ndarra
       f"{split_paths(folder, split)[1]}: labels span [{labels.min()}, {labels.max()}]; "
       f"{dataset} has labels in [0, {num_classes})"
     )
-  # Issue 23 keeps uint8 images on device and converts inside the batch gather: then this
-  # conversion (the same as tfds_loaders.load_tfds's) is the one line to drop.
-  x = images[..., None].astype(np.float32) / np.float32(255.0)
+  if dtype == "uint8":  # kept on device as stored, decoded in the batch gather
+    return np.ascontiguousarray(images[..., None]), labels.astype(np.int32)
+  x = images[..., None].astype(np.float32) / np.float32(255.0)  # as tfds_loaders.load_tfds
   return np.ascontiguousarray(x), labels.astype(np.int32)

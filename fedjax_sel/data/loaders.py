@@ -227,11 +227,7 @@ def load_pool(dataset: str, data_dir: str | None = None, *, image_dtype: str = "
 
   folder = idx.find_idx_dir(dataset, data_dir)
   if folder is not None:
-    (x, y), (tx, ty) = idx.load_idx(dataset, folder, "train"), idx.load_idx(dataset, folder, "test")
-    if image_dtype == "uint8" and x.dtype != np.uint8:
-      # until idx.load_idx returns the stored pixels: k / 255 in float32 times 255 rounds
-      # back to k exactly
-      x, tx = (np.rint(a * np.float32(PIXEL_DIVISOR)).astype(np.uint8) for a in (x, tx))
+    (x, y), (tx, ty) = (idx.load_idx(dataset, folder, s, image_dtype) for s in ("train", "test"))
     return Pool(x, y, tx, ty, idx.IDX_DATASETS[dataset][0])
   searched = idx.search_dirs(dataset, data_dir)
   if data_dir is None and not _tfds_default_has(dataset):

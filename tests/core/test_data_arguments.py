@@ -216,3 +216,59 @@ def test_evaluation_split_over_devices_equals_one_device():
     if k == "useful_step_fraction":  # padded lane-steps depend on the device count
       continue
     assert abs(many[k] - one[k]) <= 1e-5, (k, many[k], one[k])
+
+
+def test_stored_arrays_are_aligned_and_the_cpu_device_aliases_them():
+  from fedjax_sel.data.federated import ALIGNMENT, aligned, stored_x
+
+  base = np.arange(4 * 1000 + 1, dtype=np.uint8)[1:].reshape(1000, 4)  # 1 byte off
+  assert base.ctypes.data % ALIGNMENT != 0
+  a = aligned(base)
+  assert a.ctypes.data % ALIGNMENT == 0 and a.flags.c_contiguous
+  np.testing.assert_array_equal(a, base)
+  assert aligned(a) is a  # already aligned: no copy
+  s = split_from_indices(base, np.arange(1000), [np.arange(0, 1000, 2), np.array([7])])
+  assert s.x.ctypes.data % ALIGNMENT == 0 and s.x[:, 0].tolist()[:3] == [1, 9, 17]
+  f = stored_x(base.astype(np.float64))
+  assert f.dtype == np.float32 and f.ctypes.data % ALIGNMENT == 0
+  # why: XLA:CPU takes an aligned host buffer as it is, so the data occupy memory once
+  if jax.default_backend() == "cpu":
+    assert jax.device_put(a).unsafe_buffer_pointer() == a.ctypes.data
+
+
+def test_auto_chunk_by_hand_and_in_simulation():
+  logreg = models.make("logreg", (60,), 10)
+  p = jax.eval_shape(logreg.init, jax.random.PRNGKey(0))
+  # one example produces the dot's 10 logits and the bias add's 10: 2 x 10 x 4 bytes
+  assert evaluation.bytes_per_example(logreg.apply, p, (60,)) == 80
+  assert evaluation.auto_chunk(logreg.apply, p, (60,), 80 * 1024) == 1024
+  assert evaluation.auto_chunk(logreg.apply, p, (60,), 80 * 1023) == 512
+  assert evaluation.auto_chunk(logreg.apply, p, (60,), 80 * 300) == 256
+  assert evaluation.auto_chunk(logreg.apply, p, (60,), 79) == 1
+  data = _images(3, num_test=300)
+  assert _sim(data).eval_chunk == 1024  # dense models: as before issue 23, bit for bit
+  cnn = _sim(data, model="cnn_mnist")
+  # cnn_mnist's im2col forward: ~2.3 MB per 28x28 example estimated, so 128 at 512 MB
+  per = evaluation.bytes_per_example(cnn.model.apply, jax.eval_shape(cnn.model.init, jax.random.PRNGKey(0)), (8, 8, 1))
+  assert cnn.eval_chunk == min(1024, 1 << ((512 << 20) // per).bit_length() - 1)
+  m28 = models.make("cnn_mnist", (28, 28, 1), 10)
+  p28 = jax.eval_shape(m28.init, jax.random.PRNGKey(0))
+  assert evaluation.auto_chunk(m28.apply, p28, (28, 28, 1), 512 << 20) == 128
+  with pytest.raises(ValueError, match="eval_chunk"):
+    simulation.Simulation(
+      data, cnn.model, availability.make("idl"), selection.make("uniform", num_selected=2),
+      aggregation.make("fedavg"), client.make("sgd"), simulation.SimulationConfig(eval_chunk=-1),
+    )
+
+
+def test_cnn_evaluation_at_the_auto_chunk_equals_chunk_1024():
+  m = models.make("cnn_mnist", (28, 28, 1), 10)
+  p = m.init(jax.random.PRNGKey(1))
+  rng = np.random.default_rng(0)
+  x = rng.integers(0, 256, (1500, 28, 28, 1), dtype=np.uint8)
+  y = rng.integers(0, 10, 1500).astype(np.int32)
+  data = evaluation.eval_arrays(x, y, 255.0)
+  run = jax.jit(lambda p, c: evaluation.example_stats(m.apply, p, data, c, 255.0), static_argnums=1)
+  (l1, c1), (l2, c2) = run(p, 1024), run(p, 128)
+  np.testing.assert_allclose(np.asarray(l2), np.asarray(l1), rtol=1e-6, atol=1e-6)
+  np.testing.assert_array_equal(np.asarray(c2), np.asarray(c1))

@@ -145,6 +145,17 @@ def test_load_idx_scales_like_tfds(tmp_path):
   np.testing.assert_array_equal(y, labels)
 
 
+def test_load_idx_uint8_is_the_stored_pixels(tmp_path):
+  arrays = write_dataset(tmp_path, 12, 5, size=4, gz=True)
+  x, y = idx.load_idx("mnist", str(tmp_path), "test", dtype="uint8")
+  images, labels = arrays["test"]
+  assert x.dtype == np.uint8 and x.shape == (5, 4, 4, 1)
+  np.testing.assert_array_equal(x[..., 0], images)
+  np.testing.assert_array_equal(y, labels)
+  with pytest.raises(ValueError, match="dtype='float16'; allowed: float32, uint8"):
+    idx.load_idx("mnist", str(tmp_path), "test", dtype="float16")
+
+
 # ----------------------------------------------------------------------------- search
 
 
