@@ -10,7 +10,7 @@ every process (``fedjax_sel.core.checkpoint``).
 
 Launch flags (``experiments.run`` and the study binaries): ``--coordinator_address``,
 ``--num_processes``, ``--process_id``, ``--distributed_timeout``, ``--cpu_devices``.
-Without them, a cluster JAX detects by itself (SLURM, Open MPI, Cloud TPU, Kubernetes)
+Without them, a cluster JAX detects by itself (a SLURM or Open MPI job of several tasks, a Cloud TPU VM)
 is joined with ``jax.distributed.initialize()``'s auto-detection; otherwise the run is one
 process. ``python -m experiments.launch_local --num_processes=2 -- <run flags>`` starts
 N processes on this machine.
