@@ -11,24 +11,29 @@ import jax
 import jax.numpy as jnp
 
 from fedjax_sel.core.registry import Registry, check_range
+from fedjax_sel.models.conv_ops import canonical_conv, max_pool_2x2
 from fedjax_sel.models.im2col import im2col_conv
 
-CONV_IMPLS = ("auto", "xla", "im2col")
+CONV_IMPLS = ("auto", "xla", "canonical", "im2col")
 
 
 def _conv(conv_impl: str) -> Callable[..., nn.Module]:
-  """``nn.Conv``, or ``nn.Conv`` computing patches @ kernel (same params) for ``im2col``."""
+  """``nn.Conv`` (``xla``), or ``nn.Conv`` with the same params computing the convolution
+  with canonical-layout gradients (``canonical``) or as patches @ kernel (``im2col``)."""
   if conv_impl == "im2col":
     return lambda *a, **k: nn.Conv(*a, conv_general_dilated=im2col_conv, **k)
+  if conv_impl == "canonical":
+    return lambda *a, **k: nn.Conv(*a, conv_general_dilated=canonical_conv, **k)
   return nn.Conv
 
 
 def resolve_conv_impl(conv_impl: str, backend: str | None = None) -> str:
-  """``auto``: ``im2col`` on CPU (XLA:CPU runs convolutions in loops slowly), else ``xla``."""
+  """``auto``: ``canonical`` on CPU (autodiff's gradient convolutions run on XLA:CPU's slow
+  path inside loops, ``fedjax_sel.models.conv_ops``), else ``xla``."""
   if conv_impl not in CONV_IMPLS:
     raise ValueError(f"conv_impl={conv_impl!r} is not one of {list(CONV_IMPLS)}")
   if conv_impl == "auto":
-    return "im2col" if (backend or jax.default_backend()) == "cpu" else "xla"
+    return "canonical" if (backend or jax.default_backend()) == "cpu" else "xla"
   return conv_impl
 
 
@@ -82,9 +87,9 @@ class MnistCNN(nn.Module):
   def __call__(self, x):
     conv = _conv(self.conv_impl)
     x = nn.relu(conv(32, (5, 5), padding="SAME")(x))
-    x = nn.max_pool(x, (2, 2), strides=(2, 2))
+    x = max_pool_2x2(x)
     x = nn.relu(conv(64, (5, 5), padding="SAME")(x))
-    x = nn.max_pool(x, (2, 2), strides=(2, 2))
+    x = max_pool_2x2(x)
     x = x.reshape((x.shape[0], -1))
     x = nn.relu(nn.Dense(512)(x))
     return nn.Dense(self.num_classes)(x)
@@ -100,9 +105,9 @@ class CifarCNN(nn.Module):
   def __call__(self, x):
     conv = _conv(self.conv_impl)
     x = nn.relu(conv(32, (5, 5), padding="VALID")(x))
-    x = nn.max_pool(x, (2, 2), strides=(2, 2))
+    x = max_pool_2x2(x)
     x = nn.relu(conv(64, (5, 5), padding="VALID")(x))
-    x = nn.max_pool(x, (2, 2), strides=(2, 2))
+    x = max_pool_2x2(x)
     x = x.reshape((x.shape[0], -1))
     x = nn.relu(nn.Dense(384)(x))
     x = nn.relu(nn.Dense(192)(x))
@@ -160,7 +165,7 @@ def _check_image(name, input_shape, min_side):
 
 @_REGISTRY.register("cnn_mnist")
 def make_cnn_mnist(input_shape, num_classes, conv_impl: str = "auto") -> Model:
-  """``conv_impl``: ``xla`` (``lax.conv``), ``im2col`` (patches @ kernel) or ``auto``."""
+  """``conv_impl``: one of ``CONV_IMPLS`` (``auto``: ``canonical`` on CPU, else ``xla``)."""
   _check(input_shape, num_classes)
   _check_image("cnn_mnist", input_shape, 4)
   module = MnistCNN(num_classes, resolve_conv_impl(conv_impl))
@@ -169,7 +174,7 @@ def make_cnn_mnist(input_shape, num_classes, conv_impl: str = "auto") -> Model:
 
 @_REGISTRY.register("cnn_cifar")
 def make_cnn_cifar(input_shape, num_classes, conv_impl: str = "auto") -> Model:
-  """``conv_impl``: ``xla`` (``lax.conv``), ``im2col`` (patches @ kernel) or ``auto``."""
+  """``conv_impl``: one of ``CONV_IMPLS`` (``auto``: ``canonical`` on CPU, else ``xla``)."""
   _check(input_shape, num_classes)
   _check_image("cnn_cifar", input_shape, 13)
   module = CifarCNN(num_classes, resolve_conv_impl(conv_impl))

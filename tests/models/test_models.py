@@ -1,6 +1,7 @@
 """Models: parameter counts from the papers, output shapes, name validation."""
 
 import chex
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -8,6 +9,7 @@ import optax
 import pytest
 
 from fedjax_sel import models
+from fedjax_sel.models.conv_ops import canonical_conv, max_pool_2x2
 
 
 def _count(params):
@@ -69,7 +71,106 @@ def test_im2col_convolutions_equal_lax_conv(name, shape):
 
 
 def test_conv_impl_auto_and_bad_value():
-  assert models.models.resolve_conv_impl("auto", "cpu") == "im2col"
+  assert models.models.resolve_conv_impl("auto", "cpu") == "canonical"
   assert models.models.resolve_conv_impl("auto", "gpu") == "xla"
   with pytest.raises(ValueError, match="conv_impl='fft'"):
     models.make("cnn_mnist", (28, 28, 1), 10, conv_impl="fft")
+
+
+_NHWC = ("NHWC", "HWIO", "NHWC")
+
+
+@pytest.mark.parametrize(
+  "x_shape,w_shape,padding",
+  [
+    ((3, 28, 28, 1), (5, 5, 1, 32), "SAME"),
+    ((2, 14, 14, 32), (5, 5, 32, 64), "SAME"),
+    ((3, 32, 32, 3), (5, 5, 3, 32), "VALID"),
+    ((2, 9, 7, 4), (3, 2, 4, 5), ((1, 2), (0, 3))),
+  ],
+)
+@pytest.mark.parametrize("in_loop", [False, True])
+def test_canonical_conv_equals_lax_conv_and_its_gradients(x_shape, w_shape, padding, in_loop):
+  kx, kw, kg = jax.random.split(jax.random.PRNGKey(0), 3)
+  x = jax.random.normal(kx, x_shape)
+  w = jax.random.normal(kw, w_shape)
+
+  def value_and_grads(conv):
+    def loss(x, w):
+      y = conv(x, w, (1, 1), padding, dimension_numbers=_NHWC)
+      return jnp.sum(jnp.sin(y)), y
+
+    f = jax.value_and_grad(loss, argnums=(0, 1), has_aux=True)
+    if in_loop:  # inside a while loop, where XLA:CPU keeps autodiff's layouts
+      g = f
+      f = lambda x, w: jax.lax.fori_loop(0, 1, lambda i, c: g(x, w), g(x, w))
+    (_, y), (dx, dw) = jax.jit(f)(x, w)
+    return y, dx, dw
+
+  got = value_and_grads(canonical_conv)
+  want = value_and_grads(jax.lax.conv_general_dilated)
+  for a, b in zip(got, want):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5 * float(jnp.max(jnp.abs(b))))
+
+
+def test_canonical_conv_falls_back_for_strides():
+  x = jax.random.normal(jax.random.PRNGKey(0), (2, 9, 9, 3))
+  w = jax.random.normal(jax.random.PRNGKey(1), (3, 3, 3, 4))
+  got = canonical_conv(x, w, (2, 2), "SAME", dimension_numbers=_NHWC)
+  want = jax.lax.conv_general_dilated(x, w, (2, 2), "SAME", dimension_numbers=_NHWC)
+  np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("shape", [(2, 8, 6, 3), (1, 5, 7, 2)])
+@pytest.mark.parametrize("ties", [False, True])
+def test_max_pool_2x2_equals_flax_max_pool_and_its_gradient(shape, ties):
+  key = jax.random.PRNGKey(3)
+  if ties:  # few distinct values: most windows hold several maxima (as ReLU zeros do)
+    x = jax.random.randint(key, shape, 0, 3).astype(jnp.float32)
+  else:
+    x = jax.random.normal(key, shape)
+  g = jax.random.normal(jax.random.PRNGKey(4), (shape[0], shape[1] // 2, shape[2] // 2, shape[3]))
+  flax_pool = lambda x: nn.max_pool(x, (2, 2), strides=(2, 2))
+  for pool_fn in (jax.jit, lambda f: jax.jit(jax.vmap(f))):
+    xs = x if pool_fn is jax.jit else x[None]
+    gs = g if pool_fn is jax.jit else g[None]
+    got, vjp_got = jax.vjp(pool_fn(max_pool_2x2), xs)
+    want, vjp_want = jax.vjp(pool_fn(flax_pool), xs)
+    np.testing.assert_array_equal(got, want)
+    # the gradient goes to the first maximum of each window, bit for bit
+    np.testing.assert_array_equal(vjp_got(gs)[0], vjp_want(gs)[0])
+
+
+class _FlaxMnistCNN(nn.Module):
+  """The MNIST CNN written with flax's own convolution and max pooling (the reference)."""
+
+  @nn.compact
+  def __call__(self, x):
+    x = nn.max_pool(nn.relu(nn.Conv(32, (5, 5), padding="SAME")(x)), (2, 2), strides=(2, 2))
+    x = nn.max_pool(nn.relu(nn.Conv(64, (5, 5), padding="SAME")(x)), (2, 2), strides=(2, 2))
+    x = nn.relu(nn.Dense(512)(x.reshape((x.shape[0], -1))))
+    return nn.Dense(10)(x)
+
+
+@pytest.mark.parametrize("conv_impl", ["canonical", "xla"])
+def test_cnn_mnist_equals_flax_layers_in_a_training_loop(conv_impl):
+  """Three SGD steps in a loop (where the fast paths matter) equal flax's own layers."""
+  m = models.make("cnn_mnist", (28, 28, 1), 10, conv_impl=conv_impl)
+  params = m.init(jax.random.PRNGKey(0))
+  ref = _FlaxMnistCNN()
+  x = jax.nn.relu(jax.random.normal(jax.random.PRNGKey(1), (3, 4, 28, 28, 1)))  # zeros: ties
+  y = jax.random.randint(jax.random.PRNGKey(2), (3, 4), 0, 10)
+
+  def train(apply):
+    def loss(p, xb, yb):
+      return optax.softmax_cross_entropy_with_integer_labels(apply(p, xb), yb).mean()
+
+    def step(i, p):
+      g = jax.grad(loss)(p, x[i], y[i])
+      return jax.tree_util.tree_map(lambda a, b: a - 0.1 * b, p, g)
+
+    return jax.jit(lambda p: jax.lax.fori_loop(0, 3, step, p))(params)
+
+  got = train(m.apply)
+  want = train(lambda p, xb: ref.apply({"params": p}, xb))
+  chex.assert_trees_all_close(got, want, rtol=1e-5, atol=1e-6)
