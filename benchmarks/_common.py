@@ -126,9 +126,10 @@ def make_data(
   return CohortData(x, y, offsets, counts, shape, 10)
 
 
-def make_model(model_name: str, data: CohortData) -> models.Model:
-  """The model with ``lax.conv`` convolutions (the im2col variants are measured apart)."""
-  extra = {"conv_impl": "xla"} if model_name.startswith("cnn") else {}
+def make_model(model_name: str, data: CohortData, conv_impl: str = "auto") -> models.Model:
+  """The model as ``models.make`` builds it; CNNs with convolutions ``conv_impl`` (``auto``:
+  what a user gets on this backend; ``xla``, ``canonical``, ``im2col``: the same params)."""
+  extra = {"conv_impl": conv_impl} if model_name.startswith("cnn") else {}
   return models.make(model_name, data.input_shape, data.num_classes, **extra)
 
 
@@ -288,18 +289,24 @@ def flops_per_step(model: models.Model, batch_size: int) -> float:
   return float(cost.get("flops", float("nan")))
 
 
-def matmul_gflops(target_flops: float, repeats: int = 5) -> tuple[float, int]:
-  """GFLOP/s of a dense f32 [n, n] @ [n, n] matmul with about ``target_flops`` FLOPs.
+def matmul_fn(target_flops: float) -> tuple[Callable[[], Any], int]:
+  """A dense f32 [n, n] @ [n, n] matmul with about ``target_flops`` FLOPs, to be timed beside
+  the measured code (``interleaved_medians``): (call, n); its rate is ``2 n^3 / seconds``.
 
-  n = cbrt(target / 2) clipped to [256, 2048] (tiny matmuls measure dispatch, not the
-  FPU). Returns (GFLOP/s, n).
+  n = cbrt(target / 2) clipped to [256, 2048] (tiny matmuls measure dispatch, not the FPU).
   """
   n = int(np.clip(round((target_flops / 2.0) ** (1.0 / 3.0)), 256, 2048))
   k1, k2 = jax.random.split(jax.random.PRNGKey(0))
   a = jax.random.normal(k1, (n, n), jnp.float32)
   b = jax.random.normal(k2, (n, n), jnp.float32)
   mm = jax.jit(jnp.matmul)
-  t = interleaved_medians({"mm": lambda: mm(a, b)}, repeats, warmup=2)["mm"]["median_s"]
+  return (lambda: mm(a, b)), n
+
+
+def matmul_gflops(target_flops: float, repeats: int = 5) -> tuple[float, int]:
+  """GFLOP/s of :func:`matmul_fn`'s matmul timed alone. Returns (GFLOP/s, n)."""
+  fn, n = matmul_fn(target_flops)
+  t = interleaved_medians({"mm": fn}, repeats, warmup=2)["mm"]["median_s"]
   return 2.0 * n**3 / t / 1e9, n
 
 
@@ -345,15 +352,14 @@ def _torch_layers(params: dict) -> list[tuple[str, np.ndarray, np.ndarray]]:
 def make_torch_loop(model_name: str, data: CohortData, batches, lr: float, threads: int = 0):
   """A PyTorch per-client loop of the same model, init, batch order and SGD.
 
-  Returns ``(run(global_params, cohort) -> deltas in flax layout, num_threads)``.
+  Returns ``(run(global_params, cohort) -> deltas in flax layout, num_threads)``; ``run``
+  sets torch's intra-op threads to ``threads`` (0: as they are) at each call.
   Flax layouts are converted: Dense kernel [in, out] -> weight [out, in]; Conv kernel
   HWIO -> OIHW; features are flattened in NHWC order as flax does.
   """
   import torch
   import torch.nn.functional as F
 
-  if threads:
-    torch.set_num_threads(threads)
   idx, mask, steps = batches
   x_t = torch.from_numpy(np.ascontiguousarray(data.x))
   y_t = torch.from_numpy(data.y.astype(np.int64))
@@ -393,6 +399,8 @@ def make_torch_loop(model_name: str, data: CohortData, batches, lr: float, threa
     return out
 
   def run(global_params, cohort):
+    if threads:
+      torch.set_num_threads(threads)
     layers = _torch_layers(global_params)
     init = to_torch(global_params)
     deltas = []
@@ -420,10 +428,4 @@ def make_torch_loop(model_name: str, data: CohortData, batches, lr: float, threa
       deltas.append(delta)
     return jax.tree_util.tree_map(lambda *a: np.stack(a), *deltas)
 
-  return run, torch.get_num_threads()
-
-
-# ----------------------------------------------------------------------------- im2col CNNs
-def make_im2col_model(model_name: str, data: CohortData) -> models.Model:
-  """The same CNN as ``models.make(model_name)`` (same param tree and init), im2col convs."""
-  return models.make(model_name, data.input_shape, data.num_classes, conv_impl="im2col")
+  return run, threads or torch.get_num_threads()

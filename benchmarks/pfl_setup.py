@@ -73,7 +73,7 @@ def make_variant_model(variant: str, dataset: FederatedData) -> models.Model:
   if variant == "cnn_cifar":
     return models.make("cnn_cifar", dataset.input_shape, dataset.num_classes, conv_impl="xla")
   if variant.startswith("cnn_cifar_im2col"):
-    return C.make_im2col_model("cnn_cifar", cd)
+    return C.make_model("cnn_cifar", cd, "im2col")
   module = PflSimpleCNN(dataset.num_classes)
   dummy = jnp.zeros((1, *dataset.input_shape), jnp.float32)
   return models.Model(

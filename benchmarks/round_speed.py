@@ -59,6 +59,18 @@ def _mode_list(
   return out
 
 
+def parse_mode(name: str) -> tuple[str, str, int]:
+  """``vmap``, ``map``, ``auto``, ``chunked_C`` or ``lanes_L`` -> (name, parallelism, size)."""
+  if name in ("vmap", "map", "auto"):
+    return name, name, 0
+  mode, _, size = name.partition("_")
+  if mode in ("chunked", "lanes") and size.isdigit() and int(size) >= 1:
+    return name, mode, int(size)
+  raise SystemExit(
+    f"engine mode {name!r}; allowed: vmap, map, auto, chunked_C or lanes_L (C, L >= 1)"
+  )
+
+
 def _padded_lane_steps(steps: np.ndarray, chunk: int, sort: bool = True) -> float:
   m = len(steps)
   num_chunks = -(-m // chunk)
@@ -67,10 +79,24 @@ def _padded_lane_steps(steps: np.ndarray, chunk: int, sort: bool = True) -> floa
   return float(np.sum(s.reshape(num_chunks, chunk).max(axis=1)) * chunk)
 
 
+def _variants(model_name: str, data, num_selected: int, args) -> list[tuple[str, object, list]]:
+  """(prefix, model, modes): the model as a user gets it (``conv_impl="auto"``) in every
+  mode asked for, then each other convolution implementation of ``--cnn_impls`` in
+  ``auto`` mode (their names prefixed ``<impl>_``)."""
+  model = C.make_model(model_name, data)
+  if not model.conv:
+    return [("", model, _mode_list(num_selected, args.chunk_sizes, args.lane_counts))]
+  out = [("", model, [parse_mode(m) for m in args.cnn_modes])]
+  for impl in args.cnn_impls:
+    out.append((f"{impl}_", C.make_model(model_name, data, impl), [("auto", "auto", 0)]))
+  return out
+
+
 def bench_config(model_name: str, num_selected: int, args) -> dict:
   """One (model, cohort) configuration: equivalence check, then interleaved timings."""
   data = C.make_data(model_name, num_selected, seed=args.seed)
-  model = C.make_model(model_name, data)
+  variants = _variants(model_name, data, num_selected, args)
+  model = variants[0][1]
   params = model.init(jax.random.PRNGKey(args.seed))
   cohort = np.arange(num_selected, dtype=np.int32)
   valid = np.ones(num_selected, bool)
@@ -86,6 +112,7 @@ def bench_config(model_name: str, num_selected: int, args) -> dict:
   record: dict = {
     "kind": "engine",
     "model": model_name,
+    "conv_impl": getattr(model, "conv_impl", None),
     "clients_per_round": num_selected,
     "local_epochs": e,
     "batch_size": b,
@@ -100,133 +127,111 @@ def bench_config(model_name: str, num_selected: int, args) -> dict:
     "kind_by_mode": {},
     "skipped": {},
     "max_abs_diff": {},
+    "variant_max_abs_diff": {},
   }
 
   # Past --check_max_steps local steps the deltas are compared but not asserted: float32 sums
   # in another order (a batched dot vs single dots) drift apart over thousands of non-convex
   # SGD steps (MLP, 2,750 steps: 0.02); tests/core checks the equivalence to 1e-5.
   record["equivalence_asserted"] = bool(steps.max() <= args.check_max_steps)
+  references: dict = {}  # prefix -> the first deltas of that implementation
 
-  def check(name, out, ref, atol):
+  def compare(prefix, name, out):
+    """Each implementation's outputs are asserted equal to its own first output; another
+    convolution implementation (same sums in another order: float rounding, which a ReLU or
+    max-pool choice can grow over steps) is compared with the main one, recorded only."""
+    if prefix not in references:
+      references[prefix] = out
+      if prefix and "" in references:
+        record["variant_max_abs_diff"][prefix.rstrip("_")] = C.tree_max_abs_diff(
+          out, references[""]
+        )
+      return
     if record["equivalence_asserted"]:
-      return C.assert_close(name, out, ref, atol)
-    return C.tree_max_abs_diff(out, ref)
+      record["max_abs_diff"][name] = C.assert_close(name, out, references[prefix], args.atol)
+    else:
+      record["max_abs_diff"][name] = C.tree_max_abs_diff(out, references[prefix])
 
-  modes = [
-    (n, md, c, False) for n, md, c in _mode_list(num_selected, args.chunk_sizes, args.lane_counts)
-  ]
-  if model.conv:  # XLA:CPU convolutions in loops are slow: run only the modes asked for
-    modes = [m for m in modes if m[0] in args.cnn_modes]
-  im2col_model = C.make_im2col_model(model_name, data) if model.conv else None
-  if model.conv:
-    modes += [
-      ("im2col_map", "map", 0, True),
-      ("im2col_auto", "auto", 0, True),
-    ]
   fns: dict = {}
-  reference = None
-  reference_im2col = None
-  per_client = None
   aux = jnp.asarray(cohort)
   call_args = (params, jnp.asarray(cohort), jnp.asarray(valid), key, lr, aux)
-  im2col_per_client = None
-  for name, mode, chunk, im2col in modes:
-    trainer = C.build_trainer(
-      im2col_model if im2col else model,
-      data,
-      num_selected,
-      mode,
-      chunk,
-      b,
-      e,
-      train_x=train_x,
-      train_y=train_y,
-    )
-    if im2col and im2col_per_client is None:
-      im2col_per_client = trainer.per_client_loop
-    record["chunk_size_by_mode"][name] = int(trainer.chunk_size)
-    record["kind_by_mode"][name] = trainer.kind
-    if trainer.kind == "lanes":
-      lane_steps = float(engine.lpt_makespan(steps, trainer.chunk_size) * trainer.chunk_size)
-    else:
-      lane_steps = _padded_lane_steps(steps, trainer.chunk_size)
-    est_gflop = lane_steps * step_flops / 1e9
-    if est_gflop > args.max_mode_gflop:
-      record["modes"][name] = None
-      record["skipped"][name] = f"padded work {est_gflop:.0f} GFLOP > --max_mode_gflop"
-      record["useful_step_fraction_by_mode"][name] = useful_steps / lane_steps
-      continue
-    compiled, secs = C.compile_timed(trainer, *call_args)
-    record["compile_s"][name] = round(secs, 3)
-    out = C.block(compiled(*call_args))
-    record["useful_step_fraction_by_mode"][name] = useful_steps / float(out.padded_steps)
-    # im2col is another implementation of the model (convolution as patches @ kernel; one
-    # step agrees to float rounding, tests/models): its modes are checked against the
-    # first im2col mode, and its distance to the lax.conv deltas is recorded, not asserted
-    if reference is None:
-      reference = out.deltas
-    elif not im2col:
-      record["max_abs_diff"][name] = check(name, out.deltas, reference, args.atol)
-    elif reference_im2col is None:
-      reference_im2col = out.deltas
-      record["im2col_vs_lax_conv_max_abs_diff"] = C.tree_max_abs_diff(out.deltas, reference)
-    else:
-      record["max_abs_diff"][name] = check(name, out.deltas, reference_im2col, args.atol)
-    fns[name] = lambda compiled=compiled: compiled(*call_args)
-    if per_client is None and not im2col:
-      per_client = trainer.per_client_loop
-  if per_client is None:  # every mode skipped: still time the reference loops
-    per_client = C.build_trainer(
-      model, data, num_selected, "map", 0, b, e, train_x=train_x, train_y=train_y
-    ).per_client_loop
-
   loops: dict = {}
-  loops["per_client_loop"] = lambda: per_client(params, cohort, valid, key, lr, cohort).deltas
-  if im2col_per_client is not None:
-    loops["im2col_per_client_loop"] = lambda: (
-      im2col_per_client(params, cohort, valid, key, lr, cohort).deltas
+  mode_names = []
+  for prefix, variant, modes in variants:
+    per_client = None
+    for base, mode, chunk in modes:
+      name = prefix + base
+      mode_names.append(name)
+      trainer = C.build_trainer(
+        variant, data, num_selected, mode, chunk, b, e, train_x=train_x, train_y=train_y
+      )
+      per_client = per_client or trainer.per_client_loop
+      record["chunk_size_by_mode"][name] = int(trainer.chunk_size)
+      record["kind_by_mode"][name] = trainer.kind
+      if trainer.kind == "lanes":
+        lane_steps = float(engine.lpt_makespan(steps, trainer.chunk_size) * trainer.chunk_size)
+      else:
+        lane_steps = _padded_lane_steps(steps, trainer.chunk_size)
+      est_gflop = lane_steps * step_flops / 1e9
+      if est_gflop > args.max_mode_gflop:
+        record["modes"][name] = None
+        record["skipped"][name] = f"padded work {est_gflop:.0f} GFLOP > --max_mode_gflop"
+        record["useful_step_fraction_by_mode"][name] = useful_steps / lane_steps
+        continue
+      compiled, secs = C.compile_timed(trainer, *call_args)
+      record["compile_s"][name] = round(secs, 3)
+      out = C.block(compiled(*call_args))
+      record["useful_step_fraction_by_mode"][name] = useful_steps / float(out.padded_steps)
+      compare(prefix, name, out.deltas)
+      fns[name] = lambda compiled=compiled: compiled(*call_args)
+    if per_client is None:
+      per_client = C.build_trainer(
+        variant, data, num_selected, "map", 0, b, e, train_x=train_x, train_y=train_y
+      ).per_client_loop
+    loops[prefix + "per_client_loop"] = (
+      prefix,
+      lambda pc=per_client: pc(params, cohort, valid, key, lr, cohort).deltas,
     )
+
   if useful_steps <= args.max_loop_steps:
-    loops["per_step_loop"] = C.make_per_step_loop(model, data, batches, args.lr)
+    per_step = C.make_per_step_loop(model, data, batches, args.lr)
+    loops["per_step_loop"] = ("", lambda: per_step(params, cohort))
   else:
     record["skipped"]["per_step_loop"] = f"{useful_steps:.0f} steps > --max_loop_steps"
   if C.torch_available() and not args.no_torch and useful_steps <= args.max_loop_steps:
-    threads = args.torch_threads or ((os.cpu_count() or 1) if model.conv else 1)
-    loops["torch_loop"], record["torch_threads"] = C.make_torch_loop(
-      model_name, data, batches, args.lr, threads
-    )
+    thread_counts = args.torch_threads or ([1] if not model.conv else [1, os.cpu_count() or 1])
+    record["torch_threads_tried"] = sorted(set(thread_counts))
+    for t in record["torch_threads_tried"]:
+      run, _ = C.make_torch_loop(model_name, data, batches, args.lr, t)
+      loops[f"torch_loop_{t}"] = ("", lambda run=run: run(params, cohort))
   elif not C.torch_available():
     record["skipped"]["torch_loop"] = "torch not importable"
-  for name, fn in loops.items():
+  for name, (prefix, fn) in loops.items():
     t0 = time.perf_counter()
-    if name.endswith("per_client_loop"):
-      out = fn()
-    else:
-      out = fn(params, cohort)
+    out = fn()
     record["compile_s"][name] = round(time.perf_counter() - t0, 3)  # first call (+compile)
-    if reference is None:
-      reference = out
-    elif name.startswith("im2col"):
-      record["max_abs_diff"][name] = check(name, out, reference_im2col, args.atol)
-    else:
-      record["max_abs_diff"][name] = check(name, out, reference, args.atol)
-    if not name.endswith("per_client_loop"):
-      fns[name] = lambda fn=fn: fn(params, cohort)
-    else:
-      fns[name] = fn
+    compare(prefix, name, out)
+    fns[name] = fn
+  matmul, record["matmul_n"] = C.matmul_fn(useful_steps * step_flops)
+  fns["matmul"] = matmul
 
   timings = C.interleaved_medians(fns, args.repeats, warmup=1)
-  for name, *_ in modes:
+  for name in mode_names:
     if name in timings:
       record["modes"][name] = timings[name]["median_s"]
   record["samples_s"] = {k: v["samples_s"] for k, v in timings.items()}
   get = lambda k: timings[k]["median_s"] if k in timings else None
   record["ours_s"] = get("auto")
   record["per_client_loop_s"] = get("per_client_loop")
-  record["im2col_per_client_loop_s"] = get("im2col_per_client_loop")
-  record["im2col_s"] = get("im2col_auto")
+  for prefix, _, _ in variants[1:]:
+    record[f"{prefix}per_client_loop_s"] = get(f"{prefix}per_client_loop")
+    record[f"{prefix}s"] = get(f"{prefix}auto")
   record["per_step_loop_s"] = get("per_step_loop")
-  record["torch_loop_s"] = get("torch_loop")
+  torch_times = {t: get(f"torch_loop_{t}") for t in record.get("torch_threads_tried", [])}
+  torch_times = {t: v for t, v in torch_times.items() if v}
+  record["torch_loop_s_by_threads"] = torch_times
+  record["torch_loop_s"] = min(torch_times.values()) if torch_times else None
+  record["torch_threads"] = min(torch_times, key=torch_times.get) if torch_times else None
   record["useful_step_fraction"] = record["useful_step_fraction_by_mode"].get("auto")
   useful_flops = useful_steps * step_flops
   ours = record["ours_s"]
@@ -234,7 +239,10 @@ def bench_config(model_name: str, num_selected: int, args) -> dict:
   record["useful_gflops_by_mode"] = {
     k: (useful_flops / v / 1e9 if v else None) for k, v in record["modes"].items()
   }
-  record["matmul_gflops"], record["matmul_n"] = C.matmul_gflops(useful_flops)
+  record["matmul_gflops"] = 2.0 * record["matmul_n"] ** 3 / get("matmul") / 1e9
+  record["useful_vs_matmul"] = (
+    record["useful_gflops"] / record["matmul_gflops"] if record["useful_gflops"] else None
+  )
   best = min((v, k) for k, v in record["modes"].items() if v)
   record["best_mode"], record["best_mode_s"] = best[1], best[0]
 
@@ -324,8 +332,15 @@ def parse_args(argv=None):
   p.add_argument("--chunk_sizes", default="4,8,16,32", help="chunk sizes for chunked mode")
   p.add_argument(
     "--cnn_modes",
-    default="map,auto",
-    help="engine modes run with flax (lax.conv) CNNs; im2col variants always run",
+    default="map,lanes_1,auto",
+    help="engine modes of the CNNs as users get them (conv_impl=auto): vmap, map, auto, "
+    "chunked_C, lanes_L",
+  )
+  p.add_argument(
+    "--cnn_impls",
+    default="im2col",
+    help="other convolution implementations timed in auto mode with their own per-client "
+    "loop (any of: xla, canonical, im2col)",
   )
   p.add_argument(
     "--lane_counts", default="2,4,8,16", help="lane counts L for lanes mode (comma-separated)"
@@ -347,9 +362,9 @@ def parse_args(argv=None):
   p.add_argument("--no_torch", action="store_true")
   p.add_argument(
     "--torch_threads",
-    type=int,
-    default=0,
-    help="torch intra-op threads (0: 1 for dense models, nproc for CNNs)",
+    default="",
+    help="torch intra-op thread counts to try, comma-separated; the fastest is compared "
+    "('': 1 for dense models, 1 and nproc for CNNs)",
   )
   p.add_argument("--round_level", action="store_true", help="also time Simulation.run_rounds")
   p.add_argument("--round_clients", type=int, default=1000)
@@ -364,6 +379,20 @@ def parse_args(argv=None):
   args.chunk_sizes = [int(v) for v in args.chunk_sizes.split(",") if v]
   args.lane_counts = [int(v) for v in args.lane_counts.split(",") if v]
   args.cnn_modes = [v for v in args.cnn_modes.split(",") if v]
+  for name in args.cnn_modes:
+    parse_mode(name)
+  args.cnn_impls = [v for v in args.cnn_impls.split(",") if v]
+  bad = [v for v in args.cnn_impls if v not in ("xla", "canonical", "im2col")]
+  if bad:
+    raise SystemExit(f"--cnn_impls: {bad}; allowed: any of xla, canonical, im2col")
+  try:
+    args.torch_threads = [int(v) for v in args.torch_threads.split(",") if v]
+  except ValueError:
+    raise SystemExit(f"--torch_threads={args.torch_threads!r}; allowed: integers >= 1") from None
+  if any(t < 1 for t in args.torch_threads):
+    raise SystemExit(f"--torch_threads={args.torch_threads}; allowed: integers >= 1")
+  if not args.cnn_modes or "auto" not in args.cnn_modes:
+    args.cnn_modes.append("auto")
   if args.quick:
     args.cohorts, args.cnn_cohorts, args.chunk_sizes = [4], [2], []
     args.repeats, args.round_clients, args.round_selected, args.round_rounds = 1, 8, 4, 2

@@ -165,7 +165,7 @@ def parse_args(argv=None):
 def main(argv=None) -> int:
   args = parse_args(argv)
   for model_name in args.models.split(","):
-    points = [iteration_cost(model_name, args.clients, w, args) for w in args.widths]
+    points = [iteration_cost(model_name, args.clients, w, args) for w in args.widths] if args.widths else []
     record = {
       "kind": "step_profile",
       "model": model_name,

@@ -46,6 +46,7 @@ class Model(NamedTuple):
   input_shape: tuple[int, ...]
   num_classes: int
   conv: bool = False
+  conv_impl: str | None = None  # the convolutions of a CNN (``CONV_IMPLS``, resolved)
 
 
 class LogisticRegression(nn.Module):
@@ -118,6 +119,7 @@ _REGISTRY = Registry("model")
 
 
 def _wrap(module: nn.Module, name: str, input_shape, num_classes, conv=False) -> Model:
+  conv_impl = getattr(module, "conv_impl", None) if conv else None
   dummy = jnp.zeros((1, *input_shape), jnp.float32)
 
   def init(key):
@@ -126,7 +128,7 @@ def _wrap(module: nn.Module, name: str, input_shape, num_classes, conv=False) ->
   def apply(params, x):
     return module.apply({"params": params}, x)
 
-  return Model(init, apply, name, tuple(input_shape), num_classes, conv)
+  return Model(init, apply, name, tuple(input_shape), num_classes, conv, conv_impl)
 
 
 def num_params(model: Model) -> int:
