@@ -22,7 +22,8 @@ of ``--repeats`` calls after a warm-up (compile time reported separately):
 
 ``useful_gflops`` = (real local steps x XLA's FLOPs of one step) / ours_s;
 ``matmul_gflops`` = a dense f32 matmul of comparable total FLOPs timed in the same run.
-A mode whose padded work exceeds ``--max_mode_gflop`` is not run (null, with the reason).
+A mode whose padding (masked steps) exceeds ``--max_mode_gflop`` is not run (null, with the
+reason).
 ``--round_level`` adds one line per model comparing the full ``Simulation.run_rounds``
 (uniform selection, idl availability, fedavg) with the engine alone.
 """
@@ -172,10 +173,10 @@ def bench_config(model_name: str, num_selected: int, args) -> dict:
         lane_steps = float(engine.lpt_makespan(steps, trainer.chunk_size) * trainer.chunk_size)
       else:
         lane_steps = _padded_lane_steps(steps, trainer.chunk_size)
-      est_gflop = lane_steps * step_flops / 1e9
-      if est_gflop > args.max_mode_gflop:
+      wasted_gflop = (lane_steps - useful_steps) * step_flops / 1e9
+      if wasted_gflop > args.max_mode_gflop:
         record["modes"][name] = None
-        record["skipped"][name] = f"padded work {est_gflop:.0f} GFLOP > --max_mode_gflop"
+        record["skipped"][name] = f"padding {wasted_gflop:.0f} GFLOP > --max_mode_gflop"
         record["useful_step_fraction_by_mode"][name] = useful_steps / lane_steps
         continue
       compiled, secs = C.compile_timed(trainer, *call_args)
@@ -243,7 +244,7 @@ def bench_config(model_name: str, num_selected: int, args) -> dict:
   record["useful_vs_matmul"] = (
     record["useful_gflops"] / record["matmul_gflops"] if record["useful_gflops"] else None
   )
-  best = min((v, k) for k, v in record["modes"].items() if v)
+  best = min(((v, k) for k, v in record["modes"].items() if v), default=(None, None))
   record["best_mode"], record["best_mode_s"] = best[1], best[0]
 
   def ratio(a, bkey):
@@ -357,7 +358,12 @@ def parse_args(argv=None):
     default=300,
     help="assert the deltas agree only when no client runs more local steps than this",
   )
-  p.add_argument("--max_mode_gflop", type=float, default=40.0)
+  p.add_argument(
+    "--max_mode_gflop",
+    type=float,
+    default=40.0,
+    help="skip a mode whose padding (masked steps) costs more than this many GFLOP",
+  )
   p.add_argument("--max_loop_steps", type=float, default=40000)
   p.add_argument("--no_torch", action="store_true")
   p.add_argument(

@@ -182,6 +182,10 @@ def main(argv=None) -> int:
         print(f"  c={p['width']:4d}  {p['s_per_iteration'] * 1e6:9.1f} us / iteration")
       for op in record["trace"].get("top_ops", []):
         print(f"  {op['share']:6.1%}  {op['us_per_call']:8.2f} us x {op['calls']:6d}  {op['op']}")
+      t = record["trace"]
+      if "wall_s" in t:
+        print(f"  wall {t['wall_s'] * 1e3:.1f} ms, ops {t['op_time_s'] * 1e3:.1f} ms, "
+              f"{t['us_per_iteration']:.1f} us per loop iteration")
   return 0
 
 

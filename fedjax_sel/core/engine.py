@@ -12,9 +12,11 @@ Parallelism modes:
   another; clients go longest first to the least loaded lane (LPT), so the only padding is
   the lanes' imbalance at the end. One loop of max(lane load) iterations, each a vmapped
   step of the L lanes; batches are gathered once per block of 16 iterations. On several
-  devices each device runs lanes on its share of the cohort (``shard_map``).
-* ``map``: one client at a time inside jit, no padding (one flat loop over every
-  (client, step) pair; ``auto`` for CNNs on CPU).
+  devices each device runs lanes on its share of the cohort (``shard_map``). One lane is
+  the flat loop below (``auto`` for CNNs on several CPU devices: one client at a time
+  per device).
+* ``map``: one client at a time inside jit on one device, no padding (one flat loop over
+  every (client, step) pair; ``auto`` for CNNs on one CPU device).
 * ``chunked``: the cohort (sorted by step count when bucketing) is cut into chunks of c
   clients; a ``lax.map`` runs the chunks one after another and each vmaps its c clients
   inside a loop whose trip count is the chunk's own largest step count (``auto`` on
@@ -334,19 +336,22 @@ def auto_lane_count(
   return int(min(sorted(cost), key=lambda lanes: cost[lanes]))
 
 
-def resolve_kind(cfg: EngineConfig, conv: bool, backend: str) -> str:
+def resolve_kind(cfg: EngineConfig, conv: bool, backend: str, num_devices: int = 1) -> str:
   """Which loop a parallelism mode runs: ``lanes``, ``flat`` (one client at a time) or
   ``chunked`` (chunks of clients vmapped, padded to the chunk's longest; ``vmap`` is one
-  chunk). ``auto`` runs lanes for dense models on CPU (measured fastest,
-  ``benchmarks/round_speed.py``; on several host devices each runs lanes on its share),
-  the flat loop for CNNs on CPU, chunks on accelerators (unmeasured here: wide chunks)."""
+  chunk). ``auto`` on CPU runs lanes for dense models (measured fastest,
+  ``benchmarks/round_speed.py``; on several host devices each runs lanes on its share);
+  for CNNs one client at a time: the flat loop on one device, one lane per device (each
+  device a flat loop over its share) on several (cnn_mnist, 10 clients, two host devices:
+  432-617 ms vs 656-860 ms for the one-device flat loop at batch 4-32, BUILD_NOTES issue
+  16). Chunks on accelerators (unmeasured here: wide chunks)."""
   mode = cfg.parallelism
   if mode == "lanes":
     return "lanes"
   if mode == "map":
     return "flat"
   if mode == "auto" and backend == "cpu":
-    return "flat" if conv else "lanes"
+    return "lanes" if (not conv or num_devices > 1) else "flat"
   return "chunked"
 
 
@@ -362,8 +367,8 @@ def resolve_chunk_size(
   """The chunk size (or lane count) a parallelism mode means for this cohort.
 
   ``auto``: on CPU, dense models run :func:`auto_lane_count` lanes (per device) and
-  convolutional ones one client at a time (the im2col CNNs: chunks of 4-8 clients were
-  1.2-1.4x slower than ``map`` even with equal sizes); on accelerators
+  convolutional ones one client at a time per device (the im2col CNNs: chunks of 4-8
+  clients were 1.2-1.4x slower than ``map`` even with equal sizes); on accelerators
   :func:`auto_chunk_size` on the population's step counts ``steps`` (vmap when every
   client runs the same number of steps). Without ``steps``, vmap.
   """
@@ -371,8 +376,8 @@ def resolve_chunk_size(
   if mode == "auto":
     if steps is None:
       return num_selected
-    kind = resolve_kind(cfg, conv, backend)
-    if kind == "flat":
+    kind = resolve_kind(cfg, conv, backend, num_devices)
+    if kind == "flat" or (kind == "lanes" and conv):
       return 1
     if kind == "lanes":  # lanes per device, for its share of the cohort
       share = -(-num_selected // num_devices)
@@ -499,7 +504,7 @@ def make_cohort_trainer(
   mesh = _client_mesh()
   num_devices = 1 if mesh is None else mesh.devices.size
   backend = jax.default_backend()
-  kind = resolve_kind(cfg, conv, backend)
+  kind = resolve_kind(cfg, conv, backend, num_devices)
   chunk = resolve_chunk_size(cfg, num_selected, conv, backend, steps_np, num_params, num_devices)
   if mesh is not None and kind == "chunked" and cfg.parallelism == "auto" and chunk < num_selected:
     # chunks a multiple of the device count, so each chunk is split over every device

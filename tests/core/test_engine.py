@@ -1,5 +1,10 @@
 """The cohort engine equals a per-client sequential loop; masked slots change nothing."""
 
+import json
+import os
+import subprocess
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -269,6 +274,9 @@ def test_auto_lanes_on_one_cpu_device():
   cfg = engine.EngineConfig(parallelism="auto", batch_size=10)
   assert engine.resolve_kind(cfg, False, "cpu") == "lanes"
   assert engine.resolve_kind(cfg, True, "cpu") == "flat"  # CNNs: one client at a time
+  # ... per device on several: one lane each
+  assert engine.resolve_kind(cfg, True, "cpu", num_devices=2) == "lanes"
+  assert engine.resolve_chunk_size(cfg, 10, True, "cpu", np.full(10, 5), 1_663_370, 2) == 1
   for mode, kind in [("map", "flat"), ("vmap", "chunked"), ("chunked", "chunked")]:
     assert engine.resolve_kind(cfg._replace(parallelism=mode), False, "cpu") == kind
   # LPT makespan by hand: [17, 12, 9, 5, 4, 3, 3, 1] on 3 lanes -> loads 18, 19, 17
@@ -290,3 +298,79 @@ def test_auto_lanes_on_one_cpu_device():
   # the lane-parameter budget grows with the devices in use: the MLP gets up to 4 per device
   assert engine.lane_param_budget(2) == 2 * engine.lane_param_budget(1)
   assert engine.auto_lane_count(np.full(100, 5), 50, 14_210, param_budget=1 << 16) == 4
+
+
+CNN_ENGINE_SCRIPT = """
+import json, sys
+import jax, jax.numpy as jnp, numpy as np
+sys.path.insert(0, {tests!r})
+from core.test_engine import cnn_engine_run
+print(json.dumps(cnn_engine_run({parallelism!r})))
+"""
+
+
+def cnn_engine_run(parallelism: str) -> dict:
+  """The MNIST CNN (8x8 images, canonical convs) on 4 clients of unequal sizes, momentum
+  SGD, batch 4: the engine's deltas and losses against its per-client loop."""
+  rng = np.random.default_rng(0)
+  counts = np.array([9, 3, 14, 6], np.int32)
+  x = rng.normal(size=(int(counts.sum()), 8, 8, 1)).astype(np.float32)
+  y = rng.integers(0, 10, int(counts.sum())).astype(np.int32)
+  offsets = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int32)
+  model = models.make("cnn_mnist", (8, 8, 1), 10)
+  cfg = engine.EngineConfig(batch_size=4, local_epochs=2, parallelism=parallelism)
+  tr = engine.make_cohort_trainer(
+    model.apply,
+    client.make("sgd"),
+    make_client_optimizer("sgd", 0.9),
+    jnp.asarray(x),
+    jnp.asarray(y),
+    offsets,
+    counts,
+    cfg,
+    4,
+    conv=True,
+  )
+  params = model.init(jax.random.PRNGKey(0))
+  cohort = jnp.array([2, 0, 3, 1])
+  valid = jnp.array([True, True, False, True])
+  args = (params, cohort, valid, jax.random.PRNGKey(3), 0.05, cohort)
+  out = jax.jit(tr)(*args)
+  ref = tr.per_client_loop(*args)
+  return {
+    "devices": jax.device_count(),
+    "kind": tr.kind,
+    "lanes": int(tr.chunk_size),
+    "max_diff": _max_diff(out.deltas, ref.deltas),
+    "loss_diff": float(jnp.max(jnp.abs(out.loss - ref.loss))),
+    "steps": np.asarray(out.num_steps).tolist(),
+    "padded": float(out.padded_steps),
+    "deltas": [np.asarray(d).ravel()[:64].tolist() for d in jax.tree_util.tree_leaves(out.deltas)],
+  }
+
+
+@pytest.mark.parametrize("devices", [1, 2])
+def test_cnn_auto_one_client_per_device_equals_per_client_loop(devices):
+  """auto for CNNs on CPU: the flat loop on one device, one lane per device on two (each a
+  flat loop over its share of the cohort); both equal the per-client loop and each other."""
+  def run(n, parallelism):
+    env = dict(
+      os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={n}", JAX_PLATFORMS="cpu"
+    )
+    tests = os.path.dirname(os.path.dirname(__file__))
+    script = CNN_ENGINE_SCRIPT.format(tests=tests, parallelism=parallelism)
+    out = subprocess.run(
+      [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+  got = run(devices, "auto")
+  assert got["devices"] == devices
+  assert (got["kind"], got["lanes"]) == (("flat", 1) if devices == 1 else ("lanes", 1))
+  assert got["max_diff"] < 1e-5 and got["loss_diff"] < 1e-5
+  # 2 local epochs of ceil(n / 4) steps; the invalid slot runs none; no padding
+  assert got["steps"] == [8, 6, 0, 2] and got["padded"] == 16.0
+  if devices == 2:
+    one = run(1, "map")
+    for a, b in zip(got["deltas"], one["deltas"]):
+      np.testing.assert_allclose(a, b, atol=1e-5)
