@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -56,52 +57,66 @@ def _canonical_bwd(pads, res, g):
 _canonical.defvjp(_canonical_fwd, _canonical_bwd)
 
 
-def canonical_conv(
-  lhs,
-  rhs,
-  window_strides,
-  padding,
-  lhs_dilation=None,
-  rhs_dilation=None,
-  dimension_numbers=None,
-  feature_group_count=1,
-  batch_group_count=1,
-  precision=None,
-  preferred_element_type=None,
-):
+def nhwc_conv(fast: Callable) -> Callable:
+  """A ``lax.conv_general_dilated`` replacement that calls
+  ``fast(lhs, rhs, window_strides, padding, precision, preferred_element_type)`` for NHWC x
+  HWIO convolutions without dilation or groups; ``fast`` returns None for what it does not
+  handle, and that, like every other convolution, goes to ``lax.conv_general_dilated``."""
+
+  @functools.wraps(fast)
+  def conv(
+    lhs,
+    rhs,
+    window_strides,
+    padding,
+    lhs_dilation=None,
+    rhs_dilation=None,
+    dimension_numbers=None,
+    feature_group_count=1,
+    batch_group_count=1,
+    precision=None,
+    preferred_element_type=None,
+  ):
+    dn = jax.lax.conv_dimension_numbers(lhs.shape, rhs.shape, dimension_numbers)
+    plain = (
+      lhs.ndim == 4
+      and (dn.lhs_spec, dn.rhs_spec, dn.out_spec) == ((0, 3, 1, 2), (3, 2, 0, 1), (0, 3, 1, 2))
+      and feature_group_count == 1
+      and batch_group_count == 1
+      and all(d == 1 for d in (lhs_dilation or (1, 1)))
+      and all(d == 1 for d in (rhs_dilation or (1, 1)))
+    )
+    out = None
+    if plain:
+      out = fast(lhs, rhs, tuple(window_strides), padding, precision, preferred_element_type)
+    if out is None:
+      out = jax.lax.conv_general_dilated(
+        lhs,
+        rhs,
+        window_strides,
+        padding,
+        lhs_dilation,
+        rhs_dilation,
+        dimension_numbers,
+        feature_group_count,
+        batch_group_count,
+        precision,
+        preferred_element_type,
+      )
+    return out
+
+  return conv
+
+
+@nhwc_conv
+def canonical_conv(lhs, rhs, window_strides, padding, precision, preferred_element_type):
   """``lax.conv_general_dilated`` whose gradients are canonical convolutions (see above).
 
   Stride-1 NHWC x HWIO convolutions without dilation or groups (the papers' CNNs) take the
   custom VJP; anything else falls back to ``lax.conv_general_dilated`` unchanged.
   """
-  dn = jax.lax.conv_dimension_numbers(lhs.shape, rhs.shape, dimension_numbers)
-  simple = (
-    lhs.ndim == 4
-    and dn.lhs_spec == (0, 3, 1, 2)
-    and dn.rhs_spec == (3, 2, 0, 1)
-    and dn.out_spec == (0, 3, 1, 2)
-    and tuple(window_strides) == (1, 1)
-    and feature_group_count == 1
-    and batch_group_count == 1
-    and all(d == 1 for d in (lhs_dilation or (1, 1)))
-    and all(d == 1 for d in (rhs_dilation or (1, 1)))
-    and precision is None
-    and preferred_element_type is None
-  )
-  if not simple:
-    return jax.lax.conv_general_dilated(
-      lhs,
-      rhs,
-      window_strides,
-      padding,
-      lhs_dilation,
-      rhs_dilation,
-      dimension_numbers,
-      feature_group_count,
-      batch_group_count,
-      precision,
-      preferred_element_type,
-    )
+  if window_strides != (1, 1) or precision is not None or preferred_element_type is not None:
+    return None
   if isinstance(padding, str):
     padding = jax.lax.padtype_to_pads(lhs.shape[1:3], rhs.shape[:2], (1, 1), padding)
   pads = tuple((int(lo), int(hi)) for lo, hi in padding)

@@ -1,10 +1,11 @@
-"""Convolution as patches @ kernel (im2col): the CNNs' default on CPU.
+"""Convolution as patches @ kernel (im2col): the CNNs' CPU default before issue 16.
 
-On CPU, XLA runs a convolution inside a while loop (the engine's local-step loop) on a slow
-path (jax-ml/jax#12868), and a vmapped convolution with per-client kernels becomes a
-grouped convolution that is slower still; matmuls have neither problem. Measured with
+On CPU, XLA runs autodiff's gradient convolutions inside a while loop (the engine's
+local-step loop) on a slow path (jax-ml/jax#12868); matmuls do not have it. Measured with
 ``benchmarks/round_speed.py`` (BUILD_NOTES.md, "Speed"): the MNIST CNN's local training of
-10 clients took 4.4 s with ``lax.conv`` and 0.71 s as im2col on the 2-core CPU.
+10 clients took 4.4 s with ``lax.conv`` and 0.71 s as im2col on the 2-core CPU. The
+``canonical`` convolutions of ``fedjax_sel.models.conv_ops`` (the default since) avoid the
+slow path without the patches' memory traffic (BUILD_NOTES, issue 16).
 """
 
 from __future__ import annotations
@@ -12,20 +13,11 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from fedjax_sel.models.conv_ops import nhwc_conv
 
-def im2col_conv(
-  lhs,
-  rhs,
-  window_strides,
-  padding,
-  lhs_dilation=None,
-  rhs_dilation=None,
-  dimension_numbers=None,
-  feature_group_count=1,
-  batch_group_count=1,
-  precision=None,
-  preferred_element_type=None,
-):
+
+@nhwc_conv
+def im2col_conv(lhs, rhs, window_strides, padding, precision, preferred_element_type):
   """``lax.conv_general_dilated`` for NHWC x HWIO as patches @ kernel (im2col).
 
   The patches are kh*kw shifted slices concatenated on the channel axis, so the forward
@@ -36,31 +28,8 @@ def im2col_conv(
   convolution (a sum over the same kh*kw*C products), equal to float rounding.
   Falls back to ``lax.conv_general_dilated`` for dilation, groups or other layouts.
   """
-  dn = jax.lax.conv_dimension_numbers(lhs.shape, rhs.shape, dimension_numbers)
-  simple = (
-    lhs.ndim == 4
-    and dn.lhs_spec == (0, 3, 1, 2)
-    and dn.rhs_spec == (3, 2, 0, 1)
-    and dn.out_spec == (0, 3, 1, 2)
-    and feature_group_count == 1
-    and batch_group_count == 1
-    and all(d == 1 for d in (lhs_dilation or (1, 1)))
-    and all(d == 1 for d in (rhs_dilation or (1, 1)))
-  )
-  if not simple:
-    return jax.lax.conv_general_dilated(
-      lhs,
-      rhs,
-      window_strides,
-      padding,
-      lhs_dilation,
-      rhs_dilation,
-      dimension_numbers,
-      feature_group_count,
-      batch_group_count,
-      precision,
-      preferred_element_type,
-    )
+  if preferred_element_type is not None:
+    return None
   kh, kw, cin, cout = rhs.shape
   sh, sw = window_strides
   if isinstance(padding, str):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from benchmarks import _common as C
-from benchmarks import pfl_setup, round_speed, scaling
+from benchmarks import eval_speed, pfl_setup, round_speed, scaling
 from fedjax_sel.models.im2col import im2col_conv
 
 ENGINE_KEYS = {
@@ -124,3 +124,15 @@ def test_cpu_devices_flag_checks_its_value():
   C.set_cpu_devices(jax.device_count("cpu"))
   with pytest.raises(SystemExit, match="already started"):
     C.set_cpu_devices(jax.device_count("cpu") + 1)
+
+
+def test_eval_speed_quick_json(capsys):
+  assert eval_speed.main(["--json", "--quick", "--impls=auto,im2col"]) == 0
+  (record,) = _lines(capsys)
+  assert set(record["seconds"]) == {"auto_32", "im2col_32"}
+  assert record["conv_impl_of"] == {"auto_32": "canonical", "im2col_32": "im2col"}
+  # the im2col evaluation was checked against the canonical one before timing
+  assert record["max_abs_loss_diff"]["im2col_32"] <= 1e-4
+  assert record["gflop"] > 0 and record["matmul_gflops"] > 0
+  with pytest.raises(SystemExit):
+    eval_speed.parse_args(["--impls=fft"])
