@@ -1,13 +1,15 @@
 """Shared pieces of the per-paper binaries: common flags, seed sweeps, tables.
 
 Each paper binary builds a set of named cells (one ml_collections config each), runs every
-cell for every seed with ``fedjax_sel.experiment.run`` (so each cell/seed has its own
-metrics.jsonl, summary.json and checkpoints, and ``--resume`` skips finished ones), and
-reports mean +- std over seeds in the paper's table shape.
+cell for every seed (each cell/seed has its own metrics.jsonl, summary.json and
+checkpoints, and ``--resume`` skips finished ones), and reports mean +- std over seeds in
+the paper's table shape. The seeds, and cells that differ only in float hyper-parameters,
+run as one vectorized program each (``run_cells``, ``fedjax_sel.experiment.run_batch``).
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 from collections.abc import Callable
@@ -81,23 +83,91 @@ def run_cell(
   A finished seed (summary.json with ``complete``) is read back, not rerun. With
   ``availability_seed_per_seed``, seed s draws its availability from the config's
   ``availability_seed + s`` (a stream of its own, the same for every method of a seed);
-  otherwise every seed shares the config's availability seed.
+  otherwise every seed shares the config's availability seed. The seeds run as one
+  batched program (``run_cells``).
   """
-  out = []
-  for seed in seeds:
-    c = seed_config(config, seed, availability_seed_per_seed)
-    folder = os.path.join(output_dir, f"seed{seed}")
-    summary_path = os.path.join(folder, "summary.json")
-    if resume and os.path.exists(summary_path):
-      with open(summary_path) as f:
+  return run_cells(
+    {"cell": (config, output_dir)}, seeds, dataset_fn, resume, availability_seed_per_seed
+  )["cell"]
+
+
+def run_cells(
+  cells: dict[str, tuple[ml_collections.ConfigDict, str]],
+  seeds: list[int],
+  dataset_fn: Callable[[ml_collections.ConfigDict], object] | None = None,
+  resume: bool = True,
+  availability_seed_per_seed: bool = False,
+  workers: int = 2,
+  loop: str = "map",
+) -> dict[str, list[tuple[dict, list[dict]]]]:
+  """Runs every cell ``{name: (config, folder)}`` for every seed, as few programs as can be.
+
+  Each (cell, seed) writes under ``folder/seed<k>/`` exactly what ``run_cell`` always wrote.
+  The unfinished ones are grouped by ``experiment.batch_groups`` (same program shape and the
+  same dataset object): seeds, and cells that differ only in float hyper-parameters (e.g.
+  FedGS's alpha, an availability model's beta, the client lr), run as one program each
+  (``experiment.run_batch``). With ``loop="map"`` (the default) the experiments of a program
+  run one after another inside it: bit for bit one run per cell and seed, as the study
+  binaries always ran (``"vmap"``: vectorized, equal up to float rounding). ``workers``
+  programs run at once in threads (compilation of one overlaps the rounds of another; each
+  program's numbers do not depend on it).
+
+  Returns:
+    {name: [(summary, metrics history)] in the order of ``seeds``}.
+  """
+  todo = []  # (name, seed index, config, folder, dataset)
+  out: dict[str, list] = {name: [None] * len(seeds) for name in cells}
+  for name, (config, output_dir) in cells.items():
+    for i, seed in enumerate(seeds):
+      c = seed_config(config, seed, availability_seed_per_seed)
+      folder = os.path.join(output_dir, f"seed{seed}")
+      summary_path = os.path.join(folder, "summary.json")
+      if resume and os.path.exists(summary_path):
+        with open(summary_path) as f:
+          summary = json.load(f)
+        if summary.get("complete") and summary.get("rounds") == c.rounds:
+          out[name][i] = (summary, results.read_jsonl(os.path.join(folder, "metrics.jsonl")))
+          continue
+      dataset = dataset_fn(c) if dataset_fn is not None else None
+      todo.append((name, i, c, folder, dataset))
+  groups: dict[int, list[int]] = {}
+  for j, t in enumerate(todo):
+    groups.setdefault(id(t[4]), []).append(j)
+  batches = []
+  for same_data in groups.values():
+    configs = [todo[j][2] for j in same_data]
+    batches += [[todo[same_data[g]] for g in idx] for idx in experiment.batch_groups(configs)]
+  # Largest first, two at a time: one program compiles (one core) while another runs.
+  batches.sort(key=len, reverse=True)
+
+  def run_one(members):
+    logging.info(
+      "%d experiment(s) as one program: %s",
+      len(members),
+      ", ".join(f"{m[0]} seed {m[2].seed}" for m in members),
+    )
+    experiment.run_batch(
+      [m[2] for m in members],
+      [m[3] for m in members],
+      resume=resume,
+      dataset=members[0][4],
+      write_plots=False,
+      loop=loop,
+    )
+
+  workers = max(1, min(int(workers), len(batches)))
+  if workers == 1:
+    for members in batches:
+      run_one(members)
+  else:
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+      for f in [pool.submit(run_one, m) for m in batches]:
+        f.result()
+  for members in batches:
+    for name, i, _, folder, _ in members:
+      with open(os.path.join(folder, "summary.json")) as f:
         summary = json.load(f)
-      if summary.get("complete") and summary.get("rounds") == c.rounds:
-        out.append((summary, results.read_jsonl(os.path.join(folder, "metrics.jsonl"))))
-        continue
-    dataset = dataset_fn(c) if dataset_fn is not None else None
-    logging.info("cell %s seed %d", output_dir, seed)
-    summary = experiment.run(c, folder, resume=resume, dataset=dataset, write_plots=False)
-    out.append((summary, results.read_jsonl(os.path.join(folder, "metrics.jsonl"))))
+      out[name][i] = (summary, results.read_jsonl(os.path.join(folder, "metrics.jsonl")))
   return out
 
 

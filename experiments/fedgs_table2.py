@@ -339,18 +339,17 @@ def run_cells(
   seeds: list[int],
   resume: bool,
 ) -> dict[str, list[tuple[dict, list[dict]]]]:
-  out = {}
-  for name, c in cells.items():
-    folder = os.path.join(output_dir, "cells", name)
-    out[name] = common.run_cell(
-      c,
-      folder,
-      seeds,
-      lambda _c: column.data,
-      resume=resume,
-      availability_seed_per_seed=column.availability_seed_per_seed,
-    )
-    best = [s["best_test_loss"] for s, _ in out[name]]
+  """Every cell for every seed; seeds and cells that differ only in numbers (FedGS's alpha)
+  run as one batched program each (``common.run_cells``)."""
+  out = common.run_cells(
+    {name: (c, os.path.join(output_dir, "cells", name)) for name, c in cells.items()},
+    seeds,
+    lambda _c: column.data,
+    resume=resume,
+    availability_seed_per_seed=column.availability_seed_per_seed,
+  )
+  for name, res in out.items():
+    best = [s["best_test_loss"] for s, _ in res]
     logging.info("%s: best test loss %s", name, common.fmt(*common.mean_std(best)))
   return out
 

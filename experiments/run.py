@@ -122,6 +122,13 @@ flags.DEFINE_string(
   "'' = one run with --seed",
 )
 flags.DEFINE_bool("progress", True, "show a progress bar")
+flags.DEFINE_enum(
+  "batch_loop",
+  "vmap",
+  ["vmap", "map"],
+  "how --seeds runs its experiments in the one program: vmap (vectorized; equal to single "
+  "runs up to float rounding) or map (one after another inside it; bit for bit)",
+)
 _CONFIG = config_flags.DEFINE_config_file("config", None, "an ml_collections config file")
 FLAGS = flags.FLAGS
 
@@ -274,7 +281,7 @@ def main(argv):
   seeds = experiment.parse_seeds(FLAGS.seeds) if FLAGS.seeds else None
   try:
     if seeds is not None:
-      summary = experiment.run_seeds(config, seeds, progress=bar)
+      summary = experiment.run_seeds(config, seeds, progress=bar, loop=FLAGS.batch_loop)
     else:
       summary = experiment.run(config, progress=bar)
   except experiment.ConfigError as e:

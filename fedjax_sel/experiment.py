@@ -683,15 +683,53 @@ def _flat(c: ml_collections.ConfigDict) -> dict[tuple[str, ...], Any]:
   return out
 
 
+def _signature(f, mask_floats: bool, depth: int = 0):
+  """What a component's round function computes, as comparable data: its code and the
+  values it closes over (nested functions recursively; floats masked when asked)."""
+  code = getattr(f, "__code__", None)
+  if code is None or depth > 8:
+    return ["obj", id(f)]
+  cells = []
+  for cell in f.__closure__ or ():
+    try:
+      v = cell.cell_contents
+    except ValueError:  # an empty cell
+      v = None
+    if callable(v):
+      cells.append(_signature(v, mask_floats, depth + 1))
+    elif isinstance(v, float):
+      cells.append("<float>" if mask_floats else repr(v))
+    elif v is None or isinstance(v, (bool, int, str)):
+      cells.append(repr(v))
+    else:
+      cells.append(["obj", id(v)])
+  return [code.co_filename, code.co_firstlineno, code.co_name, cells]
+
+
+def availability_round(c: ml_collections.ConfigDict, mask_floats: bool = False):
+  """The availability model's round functions (``probs``, ``sample``) as comparable data, or
+  None when the config does not build. Models with equal values compute the same rounds
+  from their states (e.g. IDL, LN, LDF, MDF at any beta: Bernoulli draws of the per-client
+  rates fixed at init), so they share one program; only their init differs."""
+  try:
+    model = availability.make(c.availability, **_hparams(c, "availability"))
+  except (ValueError, TypeError):
+    return None
+  return [_signature(model.probs, mask_floats), _signature(model.sample, mask_floats)]
+
+
 def batch_key(c: ml_collections.ConfigDict) -> str:
   """Configs with equal keys can run as one batched program: they differ only in
-  ``BATCH_FREE`` fields and sweepable float hyper-parameters."""
+  ``BATCH_FREE`` fields, sweepable float hyper-parameters, and availability models that
+  differ only in their init or in float hyper-parameters (``availability_round``)."""
   flat = _flat(c)
+  avail = availability_round(c, mask_floats=True)
   shape = {
     ".".join(p): ("<swept>" if _is_sweepable(p, v) else v)
     for p, v in flat.items()
-    if p[0] not in BATCH_FREE
+    if p[0] not in BATCH_FREE and (avail is None or p[0] not in ("availability", "availability_hparams"))
   }
+  shape["<availability round>"] = avail
   return results.dumps_line(shape)
 
 
@@ -705,8 +743,9 @@ def batch_groups(configs: list[ml_collections.ConfigDict]) -> list[list[int]]:
 
 def _swept(configs) -> list[tuple[str, ...]]:
   flats = [_flat(c) for c in configs]
+  paths = set().union(*flats)
   return sorted(
-    p for p in flats[0] if p[0] not in BATCH_FREE and len({repr(f[p]) for f in flats}) > 1
+    p for p in paths if p[0] not in BATCH_FREE and len({repr(f.get(p)) for f in flats}) > 1
   )
 
 
@@ -740,6 +779,7 @@ def run_batch(
   progress: Callable[[int, int, dict], None] | None = None,
   dataset: data.FederatedData | None = None,
   write_plots: bool = True,
+  loop: str = "vmap",
 ) -> list[dict]:
   """Runs K experiments of one program shape as one vectorized computation (issue 17).
 
@@ -762,6 +802,11 @@ def run_batch(
       last record.
     dataset: a prebuilt dataset (default: loaded once from configs[0]).
     write_plots: write each experiment's curves.png.
+    loop: ``"vmap"`` (one vectorized computation; numbers equal the sequential runs' to
+      float rounding, ~1e-7, which a method that ranks clients by their losses, such as
+      Power-of-Choice, can turn into another trajectory) or ``"map"`` (the experiments one
+      after another inside the one program: bit for bit the sequential runs); see
+      ``fedjax_sel.core.batch.LOOPS``.
 
   Returns:
     The K summaries, in the order of ``configs``.
@@ -781,6 +826,8 @@ def run_batch(
       raise ValueError(
         f"{k_all} configs and {len(output_dirs)} output_dirs; allowed: K >= 1 of each"
       )
+    if loop not in batch_lib.LOOPS:
+      raise ValueError(f"loop={loop!r}; allowed: {', '.join(batch_lib.LOOPS)}")
     if len({os.path.abspath(d) for d in output_dirs}) != k_all:
       raise ValueError(f"output_dirs {output_dirs} repeat a folder; allowed: distinct folders")
     keys = [batch_key(c) for c in configs]
@@ -788,7 +835,7 @@ def run_batch(
       bad = [
         ".".join(p)
         for p in _swept(configs)
-        if not _is_sweepable(p, _flat(configs[0])[p])
+        if not _is_sweepable(p, _flat(configs[0]).get(p))
       ]
       raise ValueError(
         f"configs differ in {bad}; allowed in one batch: {', '.join(BATCH_FREE)} and float "
@@ -806,17 +853,31 @@ def run_batch(
   sim = build(c0, dataset)[0]
   swept = _swept(configs)
   flats = [_flat(c) for c in configs]
+  avail_paths = [p for p in swept if p[0] in ("availability", "availability_hparams")]
+  rounds_equal = len({results.dumps_line(availability_round(c)) for c in configs}) == 1
+  init_only = bool(avail_paths) and rounds_equal
+  if avail_paths and not rounds_equal and len({c.availability for c in configs}) > 1:
+    # the models' rounds differ in floats and in kind: no traced value can stand for both
+    return _run_apart(
+      configs, output_dirs, avail_paths, resume, progress, dataset, write_plots, loop
+    )
+  if init_only:  # the round is the same program: each experiment's model serves its init
+    swept = [p for p in swept if p not in avail_paths]
   sweep_names = [".".join(p) for p in swept]
   hparams = {
     ".".join(p): np.asarray([f[p] for f in flats], np.float32) for p in swept
   }
   part_names = sorted({p[0][: -len("_hparams")] for p in swept if len(p) == 2})
+  if init_only:
+    part_names = sorted(set(part_names) | {"availability"})
   per_parts = [
     {**{part: getattr(comps, part) for part in part_names},
      **({"client_lr": c.client_lr} if ("client_lr",) in swept else {})}
     for c, comps in zip(configs, concrete)
   ]
-  bsim = batch_lib.BatchedSimulation(sim, _make_parts_fn(c0, swept) if swept else None)
+  bsim = batch_lib.BatchedSimulation(
+    sim, _make_parts_fn(c0, swept) if swept else None, loop=loop
+  )
   if swept:
     probe = batch_lib.stack([sim.init(0)] * k_all)
     err = bsim.trace_error(probe, hparams)
@@ -827,27 +888,34 @@ def run_batch(
         ", ".join(sweep_names),
         one_line(err)[:200],
       )
-      groups: dict[tuple, list[int]] = {}
-      for i, f in enumerate(flats):
-        groups.setdefault(tuple(repr(f[p]) for p in swept), []).append(i)
-      out: list[dict | None] = [None] * k_all
-      for idx in groups.values():
-        for i, s in zip(
-          idx,
-          run_batch(
-            [configs[i] for i in idx],
-            [output_dirs[i] for i in idx],
-            resume=resume,
-            progress=progress,
-            dataset=dataset,
-            write_plots=write_plots,
-          ),
-        ):
-          out[i] = s
-      return out
+      return _run_apart(
+        configs, output_dirs, swept, resume, progress, dataset, write_plots, loop
+      )
   return _BatchRun(
     configs, output_dirs, resume, progress, dataset, write_plots, bsim, hparams, per_parts
   ).run()
+
+
+def _run_apart(configs, output_dirs, paths, resume, progress, dataset, write_plots, loop):
+  """``run_batch`` of each group of configs with equal values at ``paths``."""
+  flats = [_flat(c) for c in configs]
+  groups: dict[tuple, list[int]] = {}
+  for i, f in enumerate(flats):
+    groups.setdefault(tuple(repr(f.get(p)) for p in paths), []).append(i)
+  out: list[dict | None] = [None] * len(configs)
+  for idx in groups.values():
+    summaries = run_batch(
+      [configs[i] for i in idx],
+      [output_dirs[i] for i in idx],
+      resume=resume,
+      progress=progress,
+      dataset=dataset,
+      write_plots=write_plots,
+      loop=loop,
+    )
+    for i, s in zip(idx, summaries):
+      out[i] = s
+  return out
 
 
 class _BatchRun:
@@ -1094,8 +1162,9 @@ def run_seeds(
   progress: Callable[[int, int, dict], None] | None = None,
   dataset: data.FederatedData | None = None,
   write_plots: bool = True,
+  loop: str = "vmap",
 ) -> dict:
-  """Runs ``c`` for every seed as one batched program (``run_batch``).
+  """Runs ``c`` for every seed as one batched program (``run_batch``, ``loop`` as there).
 
   Seed s writes its usual files under ``output_dir/seed<s>/`` (its availability seed is
   s too, unless ``c.availability_seed`` is set); ``output_dir`` gets the combined
@@ -1117,6 +1186,7 @@ def run_seeds(
       progress=progress,
       dataset=dataset,
       write_plots=write_plots,
+      loop=loop,
     )
   finally:
     done = [_read_summary(cs.output_dir) for cs in configs]

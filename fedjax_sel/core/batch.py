@@ -33,6 +33,11 @@ import numpy as np
 from fedjax_sel.core.simulation import RoundState, Simulation, SimulationData, _tree_all_finite
 
 MakeParts = Callable[[dict], dict]
+# "vmap": one vectorized computation over the experiment axis (fastest for small models;
+# XLA's batched kernels may round differently from the unbatched ones, ~1e-7). "map": the
+# experiments one after another inside the one program (lax.map): each computes exactly
+# its sequential run's kernels, bit for bit, without a dispatch or compile per experiment.
+LOOPS = ("vmap", "map")
 
 
 def stack(trees: Sequence[Any]) -> Any:
@@ -71,9 +76,12 @@ class BatchedSimulation:
   (``sim.device_data``), as ``Simulation``'s do.
   """
 
-  def __init__(self, sim: Simulation, make_parts: MakeParts | None = None):
+  def __init__(self, sim: Simulation, make_parts: MakeParts | None = None, loop: str = "vmap"):
+    if loop not in LOOPS:
+      raise ValueError(f"loop={loop!r}; allowed: {', '.join(LOOPS)}")
     self.sim = sim
     self.make_parts = make_parts
+    self.loop = loop
     self._run_rounds = jax.jit(self._run_rounds_with, static_argnums=3, donate_argnums=1)
     self._run_evals = jax.jit(self._run_evals_with, static_argnums=(3, 4), donate_argnums=1)
     self._evaluate = jax.jit(self._evaluate_with)
@@ -112,12 +120,17 @@ class BatchedSimulation:
     def one(state, hp):
       return self._sim_for(hp)._run_rounds_with(data, state, num_rounds)
 
-    return jax.vmap(one, in_axes=(0, 0))(states, hparams)
+    return self._over_experiments(one, states, hparams)
 
   def _evaluate_with(self, data: SimulationData, states, hparams):
     def one(state, hp):
       return self._sim_for(hp)._evaluate_with(data, state)
 
+    return self._over_experiments(one, states, hparams)
+
+  def _over_experiments(self, one, states, hparams):
+    if self.loop == "map":
+      return jax.lax.map(lambda args: one(*args), (states, hparams))
     return jax.vmap(one)(states, hparams)
 
   def _run_evals_with(self, data: SimulationData, states, hparams, num_evals, eval_every):
@@ -132,7 +145,7 @@ class BatchedSimulation:
 
       return jax.lax.scan(block, state, None, length=num_evals)
 
-    return jax.vmap(one)(states, hparams)
+    return self._over_experiments(one, states, hparams)
 
   def run_rounds(self, states, hparams: dict, num_rounds: int):
     """``num_rounds`` rounds of every experiment: (states, metrics {name: [K, rounds]})."""
