@@ -14,12 +14,13 @@ For each (model, K), in one process:
   ``evaluate`` per evaluation block, as ``experiment.run`` does, on one Simulation whose
   programs were compiled before (``sequential_compile_s``, paid once): the best case for
   sequential runs (the study binaries used to compile again for every run);
-* ``batched_s``: the K experiments as one ``BatchedSimulation.run_evals`` program (its
-  compile in ``batched_compile_s``);
-* ``speedup`` = sequential_s / batched_s, and ``speedup_with_compile`` = (sequential_s +
-  sequential_compile_s) / (batched_s + batched_compile_s);
-* before timing, every experiment's sampling counts must be equal and its final test loss
-  within 1e-5 in both (``max_abs_diff``).
+* ``batched_<loop>_s``: the K experiments as one ``BatchedSimulation.run_evals`` program,
+  for each ``--loops`` (``map``: one after another inside the program, bit for bit;
+  ``vmap``: vectorized), its compile in ``batched_<loop>_compile_s``;
+* ``speedup_<loop>`` = sequential_s / batched_<loop>_s, and ``speedup_<loop>_with_compile``
+  = (sequential_s + sequential_compile_s) / (batched_<loop>_s + batched_<loop>_compile_s);
+* every experiment's sampling counts must be equal and its final test loss within 1e-5 in
+  both, or nothing is reported (``max_abs_diff_<loop>``).
 
 Memory: ``memory_bytes`` is XLA's estimate for the batched program (arguments + outputs +
 temporaries, ``Compiled.memory_analysis``); ``bytes_per_experiment`` its slope between the
@@ -89,10 +90,12 @@ def _memory(compiled) -> int | None:
     return None
 
 
-def measure(model: str, ks: list[int], rounds: int, every: int, check_k: int = 0) -> list[dict]:
+def measure(
+  model: str, ks: list[int], rounds: int, every: int, check_k: int = 0, loops=("map", "vmap")
+) -> list[dict]:
   c = config(model, rounds, every)
-  sim, dataset = experiment.build(c)
-  b = batch_lib.BatchedSimulation(sim)
+  sim, _ = experiment.build(c)
+  batched = {loop: batch_lib.BatchedSimulation(sim, loop=loop) for loop in loops}
   num_evals = rounds // every
   t = time.time()
   state0 = sim.init(0)
@@ -105,43 +108,48 @@ def measure(model: str, ks: list[int], rounds: int, every: int, check_k: int = 0
   for k in ks:
     seeds = list(range(k))
     t = time.time()
-    states = b.init(seeds)
-    program = b._run_evals.lower(sim.device_data, states, {}, num_evals, every).compile()
-    batched_compile = time.time() - t
-    mems[k] = _memory(program)
-    # check before timing: the batched experiments are the sequential ones
-    t = time.time()
     seq = _sequential(sim, seeds, num_evals, every)
     sequential_s = time.time() - t
-    t = time.time()
-    out_states, (_, ev) = program(sim.device_data, states, {})
-    jax.block_until_ready(out_states)
-    batched_s = time.time() - t
-    counts = np.asarray(out_states.sampling_counts)
-    diff = max(abs(seq[i][1] - float(ev["test_loss"][i, -1])) for i in range(k))
-    same_counts = all(np.array_equal(seq[i][0], counts[i]) for i in range(k))
-    if not same_counts or diff > 1e-5:
-      raise SystemExit(f"{model} K={k}: batched != sequential (counts {same_counts}, {diff})")
-    records.append(
-      {
-        "model": model,
-        "k": k,
-        "rounds": rounds,
-        "eval_every": every,
-        "num_params": int(sum(x.size for x in jax.tree_util.tree_leaves(state0.params))),
-        "sequential_s": sequential_s,
-        "sequential_compile_s": seq_compile,
-        "batched_s": batched_s,
-        "batched_compile_s": batched_compile,
-        "speedup": sequential_s / batched_s,
-        "speedup_with_compile": (sequential_s + seq_compile) / (batched_s + batched_compile),
-        "ms_per_experiment_round_sequential": 1e3 * sequential_s / (k * rounds),
-        "ms_per_experiment_round_batched": 1e3 * batched_s / (k * rounds),
-        "max_abs_diff": diff,
-        "memory_bytes": mems[k],
-        **C.machine_info(),
-      }
-    )
+    r = {
+      "model": model,
+      "k": k,
+      "rounds": rounds,
+      "eval_every": every,
+      "num_params": int(sum(x.size for x in jax.tree_util.tree_leaves(state0.params))),
+      "sequential_s": sequential_s,
+      "sequential_compile_s": seq_compile,
+      "ms_per_experiment_round_sequential": 1e3 * sequential_s / (k * rounds),
+    }
+    for loop, b in batched.items():
+      t = time.time()
+      states = b.init(seeds)
+      program = b._run_evals.lower(sim.device_data, states, {}, num_evals, every).compile()
+      compile_s = time.time() - t
+      if loop == loops[0]:
+        mems[k] = _memory(program)
+      t = time.time()
+      out_states, (_, ev) = program(sim.device_data, states, {})
+      jax.block_until_ready(out_states)
+      batched_s = time.time() - t
+      counts = np.asarray(out_states.sampling_counts)
+      # checked after timing, before reporting: the batched experiments are the sequential ones
+      diff = max(abs(seq[i][1] - float(ev["test_loss"][i, -1])) for i in range(k))
+      same_counts = all(np.array_equal(seq[i][0], counts[i]) for i in range(k))
+      if not same_counts or diff > 1e-5:
+        raise SystemExit(f"{model} K={k} {loop}: batched != sequential ({same_counts}, {diff})")
+      r.update(
+        {
+          f"batched_{loop}_s": batched_s,
+          f"batched_{loop}_compile_s": compile_s,
+          f"speedup_{loop}": sequential_s / batched_s,
+          f"speedup_{loop}_with_compile": (sequential_s + seq_compile) / (batched_s + compile_s),
+          f"ms_per_experiment_round_{loop}": 1e3 * batched_s / (k * rounds),
+          f"max_abs_diff_{loop}": diff,
+        }
+      )
+    r["memory_bytes"] = mems[k]
+    r.update(C.machine_info())
+    records.append(r)
   known = sorted(k for k, m in mems.items() if m is not None)
   avail = _mem_available()
   if len(known) >= 2 and avail:
@@ -152,17 +160,21 @@ def measure(model: str, ks: list[int], rounds: int, every: int, check_k: int = 0
     for r in records:
       r.update(bytes_per_experiment=slope, mem_available_bytes=avail, largest_k_fits=fits)
   if check_k:
+    b = batched[loops[0]]
     t = time.time()
     states = b.init(list(range(check_k)))
-    out_states, _ = b.run_evals(states, {}, 1, every)
+    out_states, _, _ = b.run_evals(states, {}, 1, every)
     jax.block_until_ready(out_states)
     records.append(
       {
         "model": model,
         "k": check_k,
+        "loop": loops[0],
         "check_only": True,
         "seconds_one_block_with_compile": time.time() - t,
-        "finite": bool(np.all(np.isfinite(np.asarray(out_states.params["Dense_0"]["kernel"])))),
+        "finite": bool(
+          all(np.all(np.isfinite(np.asarray(x))) for x in jax.tree_util.tree_leaves(out_states.params))
+        ),
         **C.machine_info(),
       }
     )
@@ -176,6 +188,7 @@ def main(argv=None) -> int:
   p.add_argument("--rounds", type=int, default=100)
   p.add_argument("--eval_every", type=int, default=10)
   p.add_argument("--check_k", type=int, default=0)
+  p.add_argument("--loops", default="map,vmap", help="batched loops to time (map, vmap)")
   p.add_argument("--quick", action="store_true", help="K = 1, 2; 4 rounds")
   p.add_argument("--json", action="store_true", help="one JSON object per line")
   a = p.parse_args(argv)
@@ -186,15 +199,22 @@ def main(argv=None) -> int:
   if rounds % every or any(k < 1 for k in ks):
     raise SystemExit(f"--rounds={rounds} must be a multiple of --eval_every={every}; K >= 1")
   for model in [m for m in a.models.split(",") if m]:
-    for r in measure(model, ks, rounds, every, a.check_k):
+    loops = tuple(x for x in a.loops.split(",") if x)
+    if not loops or any(x not in batch_lib.LOOPS for x in loops):
+      raise SystemExit(f"--loops={a.loops!r}; allowed: {', '.join(batch_lib.LOOPS)}")
+    for r in measure(model, ks, rounds, every, a.check_k, loops):
       if a.json:
         print(json.dumps(r), flush=True)
       else:
         print(
           f"{r['model']:7s} K={r['k']:5d} "
           + (
-            f"sequential {r['sequential_s']:.2f} s, batched {r['batched_s']:.2f} s "
-            f"(x{r['speedup']:.1f}; compile {r['batched_compile_s']:.1f} s)"
+            f"sequential {r['sequential_s']:.2f} s, "
+            + ", ".join(
+              f"{x} {r[f'batched_{x}_s']:.2f} s (x{r[f'speedup_{x}']:.1f}, compile "
+              f"{r[f'batched_{x}_compile_s']:.1f} s)"
+              for x in loops
+            )
             if not r.get("check_only")
             else f"one block with compile {r['seconds_one_block_with_compile']:.1f} s"
           ),

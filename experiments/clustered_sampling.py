@@ -134,11 +134,15 @@ def cell_config(base, method, **overrides) -> ml_collections.ConfigDict:
 
 def run_setup(name, ds, base, cfg, method_keys, output_dir, seeds, resume, **overrides):
   """Runs every method on one dataset; returns {method: [(summary, history)]}."""
-  out = {}
+  cells = {
+    mk: (
+      cell_config(base, cfg.methods[mk], num_clients=ds.num_clients, **overrides),
+      os.path.join(output_dir, "cells", f"{name}-{mk}"),
+    )
+    for mk in method_keys
+  }
+  out = common.run_cells(cells, seeds, lambda _c: ds, resume=resume)
   for mk in method_keys:
-    c = cell_config(base, cfg.methods[mk], num_clients=ds.num_clients, **overrides)
-    folder = os.path.join(output_dir, "cells", f"{name}-{mk}")
-    out[mk] = common.run_cell(c, folder, seeds, lambda _c: ds, resume=resume)
     logging.info(
       "%s %s: final test loss %s",
       name,

@@ -108,7 +108,7 @@ def run_cells(
   FedGS's alpha, an availability model's beta, the client lr), run as one program each
   (``experiment.run_batch``). With ``loop="map"`` (the default) the experiments of a program
   run one after another inside it: bit for bit one run per cell and seed, as the study
-  binaries always ran (``"vmap"``: vectorized, equal up to float rounding). ``workers``
+  binaries ran before (``"vmap"``: vectorized, equal up to float rounding). ``workers``
   programs run at once in threads (compilation of one overlaps the rounds of another; each
   program's numbers do not depend on it).
 

@@ -151,16 +151,14 @@ def run_study(
   """Runs every (method, p_min) cell for every seed; writes tables and figures."""
   os.makedirs(output_dir, exist_ok=True)
   load = dataset_cache()
-  runs, cfgs = {}, {}
-  for name, method, p in cells(config):
-    cfgs[name] = cell_config(config, method, p)
-    runs[name] = common.run_cell(
-      cfgs[name],
-      os.path.join(output_dir, "cells", name),
-      seeds,
-      dataset_fn=load,
-      resume=resume,
-    )
+  cfgs = {name: cell_config(config, method, p) for name, method, p in cells(config)}
+  # every cell and seed; those of one program shape (e.g. the p_min sweep) run as one
+  runs = common.run_cells(
+    {name: (c, os.path.join(output_dir, "cells", name)) for name, c in cfgs.items()},
+    seeds,
+    dataset_fn=load,
+    resume=resume,
+  )
   base = config.base
   setup = (
     f"{base.dataset}, N={base.num_clients}, {base.labels_per_client} classes/client, "

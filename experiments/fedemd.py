@@ -285,15 +285,18 @@ def run_study(
   pool = load_pool(base.dataset, base.data_dir)
   data = {s: maverick_data(config, s, pool) for s in config.scenarios}
   runs = {}
-  for s in config.scenarios:
+  for s in config.scenarios:  # one dataset per scenario; its methods' seeds run together
+    res = common.run_cells(
+      {
+        m: (cell_config(config, m), os.path.join(output_dir, "cells", f"{s}_{m}"))
+        for m in config.methods
+      },
+      seeds,
+      dataset_fn=lambda c, d=data[s]: d,
+      resume=resume,
+    )
     for m in config.methods:
-      runs[s, m] = common.run_cell(
-        cell_config(config, m),
-        os.path.join(output_dir, "cells", f"{s}_{m}"),
-        seeds,
-        dataset_fn=lambda c, d=data[s]: d,
-        resume=resume,
-      )
+      runs[s, m] = res[m]
   rounds_total = int(base.rounds)
   setup = f"{base.dataset}, N={base.num_clients}, M={base.clients_per_round}, {base.model}"
   scen = list(config.scenarios)

@@ -204,13 +204,14 @@ def run_study(
   """
   os.makedirs(output_dir, exist_ok=True)
   load = dataset_cache()
-  runs, cfgs = {}, {}
-  for name, method, alpha in cells(config):
-    cfg = cell_config(config, method, alpha)
-    cfgs[name] = cfg
-    runs[name] = common.run_cell(
-      cfg, os.path.join(output_dir, "cells", name), seeds, dataset_fn=load, resume=resume
-    )
+  cfgs = {name: cell_config(config, method, alpha) for name, method, alpha in cells(config)}
+  # every cell and seed; those of one program shape run as one
+  runs = common.run_cells(
+    {name: (c, os.path.join(output_dir, "cells", name)) for name, c in cfgs.items()},
+    seeds,
+    dataset_fn=load,
+    resume=resume,
+  )
   base = config.base
   setup = f"{base.dataset}, {base.num_clients} clients in {base.num_groups} clusters, {base.model}"
 

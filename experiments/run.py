@@ -124,10 +124,11 @@ flags.DEFINE_string(
 flags.DEFINE_bool("progress", True, "show a progress bar")
 flags.DEFINE_enum(
   "batch_loop",
-  "vmap",
-  ["vmap", "map"],
-  "how --seeds runs its experiments in the one program: vmap (vectorized; equal to single "
-  "runs up to float rounding) or map (one after another inside it; bit for bit)",
+  "map",
+  ["map", "vmap"],
+  "how --seeds runs its experiments in the one program: map (one after another inside it; "
+  "bit for bit the single runs) or vmap (vectorized, for accelerators and large K; equal "
+  "up to float rounding)",
 )
 _CONFIG = config_flags.DEFINE_config_file("config", None, "an ml_collections config file")
 FLAGS = flags.FLAGS

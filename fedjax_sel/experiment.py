@@ -8,6 +8,7 @@ flags). Outputs in ``output_dir``: ``config.json`` (resolved config + versions +
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import signal
@@ -779,7 +780,7 @@ def run_batch(
   progress: Callable[[int, int, dict], None] | None = None,
   dataset: data.FederatedData | None = None,
   write_plots: bool = True,
-  loop: str = "vmap",
+  loop: str = "map",
 ) -> list[dict]:
   """Runs K experiments of one program shape as one vectorized computation (issue 17).
 
@@ -802,10 +803,10 @@ def run_batch(
       last record.
     dataset: a prebuilt dataset (default: loaded once from configs[0]).
     write_plots: write each experiment's curves.png.
-    loop: ``"vmap"`` (one vectorized computation; numbers equal the sequential runs' to
-      float rounding, ~1e-7, which a method that ranks clients by their losses, such as
-      Power-of-Choice, can turn into another trajectory) or ``"map"`` (the experiments one
-      after another inside the one program: bit for bit the sequential runs); see
+    loop: ``"map"`` (the experiments one after another inside the one program: bit for bit
+      the sequential runs) or ``"vmap"`` (one vectorized computation: equal to float
+      rounding, ~1e-7 per op, which training grows and a method that ranks clients by
+      their losses, such as Power-of-Choice, can turn into another trajectory); see
       ``fedjax_sel.core.batch.LOOPS``.
 
   Returns:
@@ -948,16 +949,29 @@ class _BatchRun:
       self.compile_seconds += time.time() - t
     return self.compiled[key]
 
+  def _io(self, fn, *args):
+    """Runs file writes in order on one writer thread, overlapping the next chunk's rounds
+    (metrics lines before the checkpoint that covers them, as ``run`` orders them)."""
+    still = []
+    for f in self._pending:
+      if f.done():
+        f.result()  # a writer's error surfaces here
+      else:
+        still.append(f)
+    self._pending = still + [self._writer.submit(fn, *args)]
+
+  def _drain(self):
+    for f in self._pending:
+      f.result()
+    self._pending = []
+
   def _save(self, k, state_k, t, seconds):
-    checkpoint.save(
-      self.dirs[k],
-      state_k,
-      t,
-      {"seconds": seconds, "num_records": len(self.history[k]), "config": self.fps[k]},
-    )
+    extra = {"seconds": seconds, "num_records": len(self.history[k]), "config": self.fps[k]}
+    self._io(checkpoint.save, self.dirs[k], state_k, t, extra)
     self.last_ckpt[k] = t
 
   def _finish(self, k, state_k, **why):
+    self._drain()
     summary = _summary(self.history[k], state_k, self.bsim.sim, self.configs[k], **why)
     summary["compile_seconds_batch"] = self.compile_seconds
     summary["batch_size"] = self.k
@@ -970,6 +984,17 @@ class _BatchRun:
 
   # ---------------------------------------------------------------- the loop
   def run(self) -> list[dict]:
+    self._writer = concurrent.futures.ThreadPoolExecutor(1)
+    self._pending = []
+    try:
+      return self._run()
+    finally:
+      try:
+        self._drain()
+      finally:
+        self._writer.shutdown()
+
+  def _run(self) -> list[dict]:
     c0, k_all = self.c0, self.k
     with _StopRequested() as stop:
       setups = [
@@ -1057,7 +1082,7 @@ class _BatchRun:
               failed[k] = t
               break
           self.history[k].extend(lines)
-          _append_lines(os.path.join(self.dirs[k], "metrics.jsonl"), lines)
+          self._io(_append_lines, os.path.join(self.dirs[k], "metrics.jsonl"), lines)
           rounds[k] = t if k in failed else t0 + num_evals * block
           if k in failed or rounds[k] - self.last_ckpt[k] >= checkpoint_every or (
             rounds[k] >= total
@@ -1080,6 +1105,7 @@ class _BatchRun:
         if self.summaries[k] is None:  # complete before this call (resumed at its end)
           host = jax.device_get(states) if host is None else host
           self._finish(k, jax.tree_util.tree_map(lambda x, k=k: x[k], host))
+      self._drain()
       if failed:
         k = min(failed)
         raise NonFiniteModelError(failed[k], self.dirs[k])
@@ -1162,7 +1188,7 @@ def run_seeds(
   progress: Callable[[int, int, dict], None] | None = None,
   dataset: data.FederatedData | None = None,
   write_plots: bool = True,
-  loop: str = "vmap",
+  loop: str = "map",
 ) -> dict:
   """Runs ``c`` for every seed as one batched program (``run_batch``, ``loop`` as there).
 

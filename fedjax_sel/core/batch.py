@@ -4,10 +4,11 @@ A paper's table is dozens of small runs that share a program's shape: the same d
 model, components and static settings, differing only in their seeds and in numeric
 hyper-parameters (the client lr, FedGS's alpha, an availability model's beta, ...).
 ``BatchedSimulation`` runs K of them as one program: the per-experiment ``RoundState``s are
-stacked along a leading experiment axis and the round (and the evaluation) is
-``jax.vmap``-ed over that axis, with the data unbatched (``in_axes=None``). Each
-experiment's results equal its own sequential run up to float rounding of the batched ops
-(tests/core/test_batch.py: discrete outcomes identical, losses to 1e-5).
+stacked along a leading experiment axis and the round (and the evaluation) runs over that
+axis inside one compiled program (``lax.map`` or ``jax.vmap``, ``LOOPS``), with the data
+unbatched (``in_axes=None``). With ``loop="map"`` each experiment's results are its own
+sequential run's bit for bit; with ``"vmap"`` up to float rounding of the batched ops
+(tests/core/test_batch.py).
 
 Swept hyper-parameters enter the program as traced values ``hparams: {name: f32[K]}``; a
 ``make_parts(hp) -> {availability|selection|aggregator|client_lr: ...}`` callback builds each
@@ -33,10 +34,14 @@ import numpy as np
 from fedjax_sel.core.simulation import RoundState, Simulation, SimulationData, _tree_all_finite
 
 MakeParts = Callable[[dict], dict]
-# "vmap": one vectorized computation over the experiment axis (fastest for small models;
-# XLA's batched kernels may round differently from the unbatched ones, ~1e-7). "map": the
-# experiments one after another inside the one program (lax.map): each computes exactly
-# its sequential run's kernels, bit for bit, without a dispatch or compile per experiment.
+# "map" (the default): the experiments one after another inside the one program
+# (lax.map): each computes exactly its sequential run's kernels, bit for bit, with one
+# compile and one dispatch per chunk for all of them. On this CPU it is as fast as "vmap"
+# for the papers' small models (benchmarks/batched_experiments.py). "vmap": one vectorized
+# computation over the experiment axis (the choice for accelerators and large K); XLA's
+# batched kernels round differently from the unbatched ones (~1e-7 per op), which training
+# can grow to ~1e-2 over hundreds of rounds and a method that ranks clients by their
+# losses (Power-of-Choice) into another trajectory.
 LOOPS = ("vmap", "map")
 
 
@@ -76,7 +81,7 @@ class BatchedSimulation:
   (``sim.device_data``), as ``Simulation``'s do.
   """
 
-  def __init__(self, sim: Simulation, make_parts: MakeParts | None = None, loop: str = "vmap"):
+  def __init__(self, sim: Simulation, make_parts: MakeParts | None = None, loop: str = "map"):
     if loop not in LOOPS:
       raise ValueError(f"loop={loop!r}; allowed: {', '.join(LOOPS)}")
     self.sim = sim

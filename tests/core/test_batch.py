@@ -51,9 +51,10 @@ def assert_same_experiment(ref_state, ref_losses, ref_accs, states, ev, k):
   np.testing.assert_allclose(np.asarray(ev["test_accuracy"][k]), ref_accs, rtol=0, atol=1e-6)
 
 
-def test_seeds_batched_equal_sequential(small_synthetic):
+@pytest.mark.parametrize("loop", ["vmap", "map"])
+def test_seeds_batched_equal_sequential(small_synthetic, loop):
   sim = make_sim(small_synthetic)
-  b = batch.BatchedSimulation(sim)
+  b = batch.BatchedSimulation(sim, loop=loop)
   seeds = [0, 1, 5]
   states, rm, ev = b.run_evals(b.init(seeds), {}, 3, 4)
   assert rm["train_loss"].shape == (3, 3, 4)
@@ -99,7 +100,7 @@ def test_swept_hparams_equal_sequential(small_synthetic, sweep):
     return {"client_lr": v}
 
   base = make_sim(data, sel, {**fedgs_hp, "alpha": 1.0} if sel == "fedgs" else None)
-  b = batch.BatchedSimulation(base, lambda hp: parts(hp["v"]))
+  b = batch.BatchedSimulation(base, lambda hp: parts(hp["v"]), loop="vmap")
   hps = {"v": jnp.asarray(values, jnp.float32)}
   seeds = [0, 1, 2]
   states0 = b.init(seeds, parts=[parts(v) for v in values])
