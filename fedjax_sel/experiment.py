@@ -8,6 +8,7 @@ flags). Outputs in ``output_dir``: ``config.json`` (resolved config + versions +
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import json
 import os
@@ -781,6 +782,7 @@ def run_batch(
   dataset: data.FederatedData | None = None,
   write_plots: bool = True,
   loop: str = "map",
+  checkpoint_dir: str | None = None,
 ) -> list[dict]:
   """Runs K experiments of one program shape as one vectorized computation (issue 17).
 
@@ -808,6 +810,9 @@ def run_batch(
       rounding, ~1e-7 per op, which training grows and a method that ranks clients by
       their losses, such as Power-of-Choice, can turn into another trajectory); see
       ``fedjax_sel.core.batch.LOOPS``.
+    checkpoint_dir: None: each experiment checkpoints in its own folder (each can be
+      continued alone by ``run``; K writes per checkpoint); a folder: one checkpoint of the
+      whole batch there (one write per checkpoint whatever K; continued as this batch).
 
   Returns:
     The K summaries, in the order of ``configs``.
@@ -860,7 +865,15 @@ def run_batch(
   if avail_paths and not rounds_equal and len({c.availability for c in configs}) > 1:
     # the models' rounds differ in floats and in kind: no traced value can stand for both
     return _run_apart(
-      configs, output_dirs, avail_paths, resume, progress, dataset, write_plots, loop
+      configs,
+      output_dirs,
+      avail_paths,
+      resume,
+      progress,
+      dataset,
+      write_plots,
+      loop,
+      checkpoint_dir,
     )
   if init_only:  # the round is the same program: each experiment's model serves its init
     swept = [p for p in swept if p not in avail_paths]
@@ -890,21 +903,41 @@ def run_batch(
         one_line(err)[:200],
       )
       return _run_apart(
-        configs, output_dirs, swept, resume, progress, dataset, write_plots, loop
+        configs,
+        output_dirs,
+        swept,
+        resume,
+        progress,
+        dataset,
+        write_plots,
+        loop,
+        checkpoint_dir,
       )
   return _BatchRun(
-    configs, output_dirs, resume, progress, dataset, write_plots, bsim, hparams, per_parts
+    configs,
+    output_dirs,
+    resume,
+    progress,
+    dataset,
+    write_plots,
+    bsim,
+    hparams,
+    per_parts,
+    checkpoint_dir,
   ).run()
 
 
-def _run_apart(configs, output_dirs, paths, resume, progress, dataset, write_plots, loop):
-  """``run_batch`` of each group of configs with equal values at ``paths``."""
+def _run_apart(
+  configs, output_dirs, paths, resume, progress, dataset, write_plots, loop, checkpoint_dir
+):
+  """``run_batch`` of each group of configs with equal values at ``paths`` (a batch
+  checkpoint folder gets a subfolder per group)."""
   flats = [_flat(c) for c in configs]
   groups: dict[tuple, list[int]] = {}
   for i, f in enumerate(flats):
     groups.setdefault(tuple(repr(f.get(p)) for p in paths), []).append(i)
   out: list[dict | None] = [None] * len(configs)
-  for idx in groups.values():
+  for g, idx in enumerate(groups.values()):
     summaries = run_batch(
       [configs[i] for i in idx],
       [output_dirs[i] for i in idx],
@@ -913,6 +946,7 @@ def _run_apart(configs, output_dirs, paths, resume, progress, dataset, write_plo
       dataset=dataset,
       write_plots=write_plots,
       loop=loop,
+      checkpoint_dir=checkpoint_dir and os.path.join(checkpoint_dir, f"group{g}"),
     )
     for i, s in zip(idx, summaries):
       out[i] = s
@@ -923,8 +957,19 @@ class _BatchRun:
   """The loop of ``run_batch`` over one BatchedSimulation (see there)."""
 
   def __init__(
-    self, configs, output_dirs, resume, progress, dataset, write_plots, bsim, hparams, parts
+    self,
+    configs,
+    output_dirs,
+    resume,
+    progress,
+    dataset,
+    write_plots,
+    bsim,
+    hparams,
+    parts,
+    batch_dir=None,
   ):
+    self.batch_dir = batch_dir
     self.configs, self.dirs = configs, output_dirs
     self.progress, self.dataset, self.write_plots = progress, dataset, write_plots
     self.bsim, self.hparams = bsim, hparams
@@ -952,23 +997,63 @@ class _BatchRun:
   def _io(self, fn, *args):
     """Runs file writes in order on one writer thread, overlapping the next chunk's rounds
     (metrics lines before the checkpoint that covers them, as ``run`` orders them)."""
-    still = []
-    for f in self._pending:
-      if f.done():
-        f.result()  # a writer's error surfaces here
-      else:
-        still.append(f)
-    self._pending = still + [self._writer.submit(fn, *args)]
+    pending = self._pending  # FIFO: the writer finishes them in order
+    while pending and (pending[0].done() or len(pending) > 4 * self.k + 8):
+      pending.popleft().result()  # a writer's error surfaces here; bounded backlog
+    pending.append(self._writer.submit(fn, *args))
 
   def _drain(self):
-    for f in self._pending:
-      f.result()
-    self._pending = []
+    while self._pending:
+      self._pending.popleft().result()
 
   def _save(self, k, state_k, t, seconds):
     extra = {"seconds": seconds, "num_records": len(self.history[k]), "config": self.fps[k]}
     self._io(checkpoint.save, self.dirs[k], state_k, t, extra)
     self.last_ckpt[k] = t
+
+  def _save_batch(self, host, rounds, seconds, failed):
+    """One checkpoint of the whole batch in ``batch_dir`` (named by its newest round)."""
+    extra = {
+      "seconds": [float(x) for x in seconds],
+      "num_records": [len(h) for h in self.history],
+      "configs": self.fps,
+      "dirs": [os.path.abspath(d) for d in self.dirs],
+      "failed": {str(k): int(t) for k, t in failed.items()},
+    }
+    live = [r for k, r in enumerate(rounds) if k not in failed] or rounds
+    self._io(checkpoint.save, self.batch_dir, host, max(live), extra)
+    self.last_ckpt = list(rounds)
+
+  def _restore_batch(self, states, before):
+    """(states, seconds so far, failed) from the batch's newest checkpoint when resuming;
+    the fresh ones otherwise (removing an old batch checkpoint)."""
+    bdir = self.batch_dir
+    if not self.resume or checkpoint.latest_round(bdir) is None:
+      if self.resume:
+        logging.info("--resume: no checkpoint in %s; starting at round 0", bdir)
+      elif checkpoint.all_rounds(bdir):
+        logging.warning("starting afresh in %s: removing its old checkpoints", bdir)
+        checkpoint.clear(bdir)
+      return states, before, {}
+    try:
+      states, extra = checkpoint.restore(bdir, states)
+    except ValueError as e:
+      raise ConfigError(f"--resume: {one_line(e)}; use a new output_dir") from e
+    dirs = [os.path.abspath(d) for d in self.dirs]
+    if extra.get("dirs") != dirs:
+      raise ConfigError(
+        f"--resume: the checkpoint in {bdir} is of the experiments {extra.get('dirs')}; "
+        f"allowed: the same experiments ({dirs}), or a new output_dir"
+      )
+    for saved, now, d in zip(extra["configs"], self.fps, self.dirs):
+      _check_same_config(saved, now, d)
+    rounds = [int(r) for r in np.asarray(states.round)]
+    for k, d in enumerate(self.dirs):
+      path = os.path.join(d, "metrics.jsonl")
+      self.history[k] = [r for r in results.read_jsonl(path) if r["round"] <= rounds[k]]
+    logging.info("resuming the batch in %s from round %d", bdir, max(rounds))
+    failed = {int(k): int(t) for k, t in extra.get("failed", {}).items()}
+    return states, [float(x) for x in extra["seconds"]], failed
 
   def _finish(self, k, state_k, **why):
     self._drain()
@@ -985,7 +1070,7 @@ class _BatchRun:
   # ---------------------------------------------------------------- the loop
   def run(self) -> list[dict]:
     self._writer = concurrent.futures.ThreadPoolExecutor(1)
-    self._pending = []
+    self._pending = collections.deque()
     try:
       return self._run()
     finally:
@@ -996,15 +1081,21 @@ class _BatchRun:
 
   def _run(self) -> list[dict]:
     c0, k_all = self.c0, self.k
+    bdir = self.batch_dir
     with _StopRequested() as stop:
       setups = [
-        _setup(c, d, self.resume, self.dataset, self.bsim.sim.replace_parts(**p))
+        _setup(c, d, self.resume and not bdir, self.dataset, self.bsim.sim.replace_parts(**p))
         for c, d, p in zip(self.configs, self.dirs, self.parts)
       ]
       self.history = [s.history for s in setups]
       self.fps = [_fingerprint(c) for c in self.configs]
       before = [s.seconds_before for s in setups]
-      rounds = [int(s.state.round) for s in setups]
+      states = batch_lib.stack([s.state for s in setups])
+      del setups
+      failed: dict[int, int] = {}
+      if bdir:
+        states, before, failed = self._restore_batch(states, before)
+      rounds = [int(r) for r in np.asarray(states.round)]
       self.last_ckpt = list(rounds)
       self.summaries: list[dict | None] = [None] * k_all
       for c, d, h in zip(self.configs, self.dirs, self.history):
@@ -1015,12 +1106,10 @@ class _BatchRun:
           os.path.join(d, "config.json"),
           {"config": cfg, "environment": environment(), "dataset": self.dataset.name},
         )
-      states = batch_lib.stack([s.state for s in setups])
-      del setups
-      failed: dict[int, int] = {}
       total, every = c0.rounds, c0.eval_every
       checkpoint_every = c0.checkpoint_every or every
       start = time.time()
+      seconds = list(before)
 
       def active():
         return [k for k in range(k_all) if rounds[k] < total and k not in failed]
@@ -1031,9 +1120,13 @@ class _BatchRun:
         idx = [k for k in act if rounds[k] == t0]
         if stop.signum is not None:
           host = jax.device_get(states)
+          now = [before[k] + time.time() - start for k in range(k_all)]
+          if bdir:
+            self._save_batch(host, rounds, now, failed)
           for k in act:
             st = jax.tree_util.tree_map(lambda x: x[k], host)
-            self._save(k, st, rounds[k], before[k] + time.time() - start)
+            if not bdir:
+              self._save(k, st, rounds[k], now[k])
             self._finish(k, st, stopped=f"signal {stop.signum}")
           raise Interrupted(stop.signum, t0)
         end = min([total] + [rounds[k] for k in act if rounds[k] > t0])
@@ -1053,6 +1146,7 @@ class _BatchRun:
         chunk_end = time.time()
         states = sub if len(idx) == k_all else batch_lib.put_back(states, idx, sub)
         host = None
+        batch_due, done_now = False, []
         for j, k in enumerate(idx):
           lines = []
           for i in range(num_evals):
@@ -1084,6 +1178,7 @@ class _BatchRun:
           self.history[k].extend(lines)
           self._io(_append_lines, os.path.join(self.dirs[k], "metrics.jsonl"), lines)
           rounds[k] = t if k in failed else t0 + num_evals * block
+          seconds[k] = lines[-1]["seconds"] if lines else seconds[k]
           if k in failed or rounds[k] - self.last_ckpt[k] >= checkpoint_every or (
             rounds[k] >= total
           ):
@@ -1093,9 +1188,16 @@ class _BatchRun:
             if k in failed:  # no checkpoint of a broken model
               self._finish(k, st, stopped="non-finite model")
               continue
-            self._save(k, st, rounds[k], lines[-1]["seconds"])
+            if bdir:
+              batch_due = True
+            else:
+              self._save(k, st, rounds[k], seconds[k])
             if rounds[k] >= total:
-              self._finish(k, st)
+              done_now.append((k, st))
+        if batch_due:
+          self._save_batch(host, rounds, seconds, failed)
+        for k, st in done_now:
+          self._finish(k, st)
         if self.progress is not None and 0 in idx and self.history[0]:
           self.progress(rounds[0], total, self.history[0][-1])
         if stop.signum is not None and active():
@@ -1194,7 +1296,9 @@ def run_seeds(
 
   Seed s writes its usual files under ``output_dir/seed<s>/`` (its availability seed is
   s too, unless ``c.availability_seed`` is set); ``output_dir`` gets the combined
-  ``summary.json`` (``combine_summaries``) and ``curves.png`` with every seed.
+  ``summary.json`` (``combine_summaries``), ``curves.png`` with every seed, and the batch's
+  checkpoints (``output_dir/checkpoints/``, one file per checkpoint for all seeds;
+  ``resume=True`` continues the batch from there).
   Returns the combined summary.
   """
   output_dir = output_dir or c.output_dir
@@ -1213,6 +1317,7 @@ def run_seeds(
       dataset=dataset,
       write_plots=write_plots,
       loop=loop,
+      checkpoint_dir=output_dir,
     )
   finally:
     done = [_read_summary(cs.output_dir) for cs in configs]

@@ -11,6 +11,7 @@ import pytest
 from experiments import run as run_lib
 from fedjax_sel import data, experiment
 from fedjax_sel.core import batch as batch_lib
+from fedjax_sel.core import checkpoint
 from fedjax_sel.metrics import results
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -66,19 +67,38 @@ def test_run_seeds_files_and_equal_single_runs(tmp_path, dataset):
   assert combined["final_test_loss"]["std"] > 0  # the seeds are different runs
 
 
-def test_resume_continues_the_batch_and_catches_up(tmp_path, dataset):
-  """A batch resumed at a later --rounds equals the uninterrupted batch, also when one
-  seed's checkpoint is ahead of the others' (it waits while they catch up)."""
+def test_resume_continues_the_batch(tmp_path, dataset):
+  """run_seeds checkpoints the batch in one file per checkpoint; resumed at a later
+  --rounds it equals the uninterrupted batch."""
   ref = str(tmp_path / "ref")
   experiment.run_seeds(config(rounds=8), [0, 1, 2], ref, dataset=dataset)
   out = str(tmp_path / "out")
-  experiment.run_seeds(config(rounds=2), [0, 1, 2], out, dataset=dataset)
-  # seed 1 alone runs further, to round 6 (its folder is an ordinary single run)
-  experiment.run(config(seed=1, rounds=6), os.path.join(out, "seed1"), resume=True, dataset=dataset)
+  experiment.run_seeds(config(rounds=4), [0, 1, 2], out, dataset=dataset)
+  assert checkpoint.all_rounds(out) == [2, 4]  # the batch's, the newest two
+  assert not os.path.exists(os.path.join(out, "seed0", "checkpoints"))
   combined = experiment.run_seeds(config(rounds=8), [0, 1, 2], out, resume=True, dataset=dataset)
   assert combined["complete"] and combined["rounds"]["values"] == [8, 8, 8]
   for s in (0, 1, 2):
     assert_same_run(os.path.join(out, f"seed{s}"), os.path.join(ref, f"seed{s}"))
+  with pytest.raises(experiment.ConfigError, match="is of the experiments"):
+    experiment.run_seeds(config(rounds=10), [0, 1, 3], out, resume=True, dataset=dataset)
+  with pytest.raises(experiment.ConfigError, match="different configuration; use a new"):
+    experiment.run_seeds(config(rounds=10), [0, 1], out, resume=True, dataset=dataset)
+
+
+def test_run_batch_catches_up_per_experiment_checkpoints(tmp_path, dataset):
+  """Without a batch folder every experiment checkpoints in its own folder; one that is
+  ahead waits while the others catch up, and each equals its uninterrupted run."""
+  cfgs = [config(seed=s, rounds=8) for s in (0, 1, 2)]
+  ref = [str(tmp_path / f"ref{s}") for s in (0, 1, 2)]
+  experiment.run_batch(cfgs, ref, dataset=dataset, write_plots=False)
+  out = [str(tmp_path / f"out{s}") for s in (0, 1, 2)]
+  experiment.run_batch([config(seed=s, rounds=2) for s in (0, 1, 2)], out, dataset=dataset)
+  experiment.run(config(seed=1, rounds=6), out[1], resume=True, dataset=dataset)
+  summaries = experiment.run_batch(cfgs, out, resume=True, dataset=dataset, write_plots=False)
+  assert [s["rounds"] for s in summaries] == [8, 8, 8]
+  for a, b in zip(out, ref):
+    assert_same_run(a, b)
 
 
 @pytest.mark.slow
