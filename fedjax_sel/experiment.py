@@ -1059,7 +1059,7 @@ class _BatchRun:
     self._drain()
     summary = _summary(self.history[k], state_k, self.bsim.sim, self.configs[k], **why)
     summary["compile_seconds_batch"] = self.compile_seconds
-    summary["batch_size"] = self.k
+    summary["experiments_in_program"] = self.k  # K of the one program (not the client batch size)
     _write_outputs(
       self.dirs[k], self.history[k], summary, self.configs[k], self.dataset.name,
       self.write_plots,

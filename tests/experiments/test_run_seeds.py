@@ -114,7 +114,7 @@ def test_swept_floats_share_one_program_and_equal_single_runs(tmp_path, dataset)
   assert len(experiment.batch_groups(cfgs)) == 1
   dirs = [str(tmp_path / f"b{i}") for i in range(3)]
   summaries = experiment.run_batch(cfgs, dirs, dataset=dataset, write_plots=False)
-  assert [s["batch_size"] for s in summaries] == [3, 3, 3]
+  assert [s["experiments_in_program"] for s in summaries] == [3, 3, 3]
   for i, c in enumerate(cfgs):
     experiment.run(c, str(tmp_path / f"s{i}"), dataset=dataset, write_plots=False)
     assert_same_run(dirs[i], str(tmp_path / f"s{i}"))
@@ -127,7 +127,7 @@ def test_untraceable_sweep_falls_back_to_one_program_per_value(tmp_path, dataset
   cfgs = [config(seed=s, client_lr=lr) for s, lr in ((0, 0.1), (1, 0.05), (2, 0.1))]
   dirs = [str(tmp_path / f"b{i}") for i in range(3)]
   summaries = experiment.run_batch(cfgs, dirs, dataset=dataset, write_plots=False)
-  assert [s["batch_size"] for s in summaries] == [2, 1, 2]  # lr 0.1 together, 0.05 alone
+  assert [s["experiments_in_program"] for s in summaries] == [2, 1, 2]  # lr 0.1 together, 0.05 alone
   experiment.run(cfgs[1], str(tmp_path / "s1"), dataset=dataset, write_plots=False)
   assert_same_run(dirs[1], str(tmp_path / "s1"))
 
