@@ -47,7 +47,19 @@ LOOPS = ("vmap", "map")
 
 def stack(trees: Sequence[Any]) -> Any:
   """Stacks pytrees of equal structure along a new leading (experiment) axis."""
-  return jax.tree_util.tree_map(lambda *xs: jnp.stack([jnp.asarray(x) for x in xs]), *trees)
+  # on the host, then one transfer per leaf: jnp.stack of K device arrays dispatches per
+  # operand and took 7.9 s for K = 1000 experiments (0.05 s this way)
+  def leaf(*xs):
+    if all(
+      isinstance(x, jax.Array)
+      and x.is_fully_addressable
+      and not jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
+      for x in xs
+    ):
+      return jnp.asarray(np.stack(jax.device_get(list(xs))))
+    return jnp.stack([jnp.asarray(x) for x in xs])
+
+  return jax.tree_util.tree_map(leaf, *trees)
 
 
 def unstack(tree: Any, index: int) -> Any:
