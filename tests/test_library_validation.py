@@ -255,3 +255,14 @@ def test_handmade_data_is_checked():
       )
 
     one_line_error(build, match)
+
+
+@pytest.mark.parametrize("field", ["num_noise_inputs", "loss_examples"])
+def test_selection_context_sizes(tiny, field):
+  one_line_error(lambda: make_sim(tiny, **{field: 0}), f"{field}=0")
+
+
+@pytest.mark.parametrize("n", [0, -3, 2.0, True])
+def test_run_rounds_needs_a_positive_integer(tiny, n):
+  sim = make_sim(tiny)
+  one_line_error(lambda: sim.run_rounds(sim.init(0), n), f"num_rounds={n!r}")

@@ -266,6 +266,8 @@ class Simulation:
     check_range("sketch_dim", config.sketch_dim, 1)
     check_range("eval_chunk", config.eval_chunk, 0)
     check_range("eval_memory_mb", config.eval_memory_mb, 1)
+    check_range("num_noise_inputs", config.num_noise_inputs, 1)
+    check_range("loss_examples", config.loss_examples, 1)
     num_clients = data.num_clients
     num_selected = int(selection.num_selected)
     if num_selected < 1 or num_selected > num_clients:
@@ -701,6 +703,9 @@ class Simulation:
     )
 
   def _run_rounds_with(self, data: SimulationData, state: RoundState, num_rounds: int):
+    if isinstance(num_rounds, bool) or not isinstance(num_rounds, (int, np.integer)) or num_rounds < 1:
+      raise ValueError(f"num_rounds={num_rounds!r} is out of range; allowed: integers >= 1")
+
     def body(s, _):
       return self._round_step_with(data, s)
 
