@@ -229,7 +229,7 @@ def representative_updates(base, ds, seed=0):
     valid = jnp.arange(start, start + m) < n
     aux = sim.client_update.prepare(state.client_state, ids)
     res = sim.trainer(
-      state.params, ids, valid, jax.random.PRNGKey(start), sim.client_lr(state.round), aux
+      state.params, ids, valid, jax.random.PRNGKey(start), sim.slot_lr(state, ids), aux
     )
     chunks.append(similarity.flatten_stacked(res.deltas))
   return jnp.concatenate(chunks)[:n]

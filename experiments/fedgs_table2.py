@@ -493,11 +493,11 @@ def client_updates(sim, state, num_clients: int, key) -> tuple[object, object]:
   """
   m = sim.num_selected
   chunks = []
-  lr = sim.client_lr(state.round)
   for start in range(0, num_clients, m):
     ids = jnp.arange(start, start + m) % num_clients
     valid = jnp.arange(start, start + m) < num_clients
     aux = sim.client_update.prepare(state.client_state, ids)
+    lr = sim.slot_lr(state, ids)
     res = sim.trainer(state.params, ids, valid, jax.random.fold_in(key, start), lr, aux)
     chunks.append(res.deltas)
   deltas = jax.tree_util.tree_map(lambda *xs: jnp.concatenate(xs)[:num_clients], *chunks)

@@ -51,6 +51,9 @@ HELP = {
   "step (client_lr * lr_step_gamma**(t // lr_step_size), PyTorch StepLR)",
   "lr_step_size": "rounds per lr step of --lr_schedule=step (>= 1; required there)",
   "lr_step_gamma": "lr factor per step of --lr_schedule=step, in (0, 1]",
+  "lr_schedule_unit": "what t of the lr schedule counts: round (the round index, one lr for "
+  "the cohort) or participation (each client's own count of earlier local trainings, a "
+  "per-client PyTorch scheduler as in FedEMD's code)",
   "server_lr": "server learning rate (> 0); FedAvg is sgd with 1.0",
   "server_optimizer": "sgd (FedAvg), momentum, adam (FedAdam), yogi (FedYogi), adagrad",
   "availability": "client availability model (registry name)",

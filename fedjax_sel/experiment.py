@@ -61,6 +61,9 @@ def default_config() -> ml_collections.ConfigDict:
   c.lr_schedule = "exponential"  # client_lr * lr_decay**t; or "step" (StepLR)
   c.lr_step_size = 0  # rounds per step of lr_schedule="step" (required there, >= 1)
   c.lr_step_gamma = 0.1  # lr factor per step of lr_schedule="step"
+  # t of the lr schedule: "round" or "participation" (each client's own count of local
+  # trainings, a per-client PyTorch scheduler: FedEMD)
+  c.lr_schedule_unit = "round"
   c.server_lr = 1.0
   c.server_optimizer = "sgd"
   c.availability = "idl"
@@ -177,6 +180,7 @@ def validate_config(c: ml_collections.ConfigDict) -> None:
   _name("server_optimizer", c.server_optimizer, list(sim_lib.SERVER_OPTIMIZERS))
   _name("client_optimizer", c.client_optimizer, list(sim_lib.CLIENT_OPTIMIZERS))
   _name("lr_schedule", c.lr_schedule, list(sim_lib.LR_SCHEDULES))
+  _name("lr_schedule_unit", c.lr_schedule_unit, list(sim_lib.LR_SCHEDULE_UNITS))
   _integer("lr_step_size", c.lr_step_size, 0)
   check_range("lr_step_gamma", c.lr_step_gamma, 0.0, 1.0, low_inclusive=False)
   sim_lib.make_client_optimizer(c.client_optimizer, c.client_momentum, c.client_weight_decay)
@@ -263,6 +267,7 @@ def build(c: ml_collections.ConfigDict, dataset: data.FederatedData | None = Non
     lr_schedule=c.lr_schedule,
     lr_step_size=c.lr_step_size,
     lr_step_gamma=c.lr_step_gamma,
+    lr_schedule_unit=c.lr_schedule_unit,
     server_optimizer=c.server_optimizer,
     server_lr=c.server_lr,
     sketch_dim=c.sketch_dim,

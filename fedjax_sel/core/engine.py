@@ -487,8 +487,9 @@ def make_cohort_trainer(
       the client mesh when the loop uses several devices, else the default device).
 
   Returns:
-    A pure, jittable function. ``cohort: i32[M]``, ``valid: bool[M]``, ``lr: f32[]``,
-    ``aux``: per-slot pytree from ``client_update.prepare``. It reads the training data
+    A pure, jittable function. ``cohort: i32[M]``, ``valid: bool[M]``, ``lr``: the client
+    learning rate, one for the cohort (``f32[]``) or one per slot (``f32[M]``, e.g. a
+    per-client schedule), ``aux``: per-slot pytree from ``client_update.prepare``. It reads the training data
     from ``train.data`` (closed over: a constant of whatever program calls it);
     ``train.with_data(data, params, cohort, valid, key, lr, aux)`` takes them as an
     argument instead, so a jitted caller compiles once per shape, whatever the values.
@@ -559,6 +560,13 @@ def make_cohort_trainer(
     updates, opt_state = opt.update(grads, opt_state, params)
     return loss, optax.apply_updates(params, updates), opt_state
 
+  # the optimizer's state does not depend on the lr (momentum buffers, or nothing)
+  opt_init = client_optimizer(1.0).init
+
+  def slot_lrs(lr, m):
+    """``lr`` (one for the cohort, or one per slot) as f32[m]."""
+    return jnp.broadcast_to(jnp.asarray(lr, jnp.float32), (m,))
+
   def train_one(data, global_params, fidx, mb, steps, aux, lr, num_iters):
     opt = client_optimizer(lr)
     opt_state = opt.init(global_params)
@@ -582,7 +590,8 @@ def make_cohort_trainer(
 
   def flat_loop(data, global_params, cohort, steps, keys, lr, aux):
     """One loop over every (client, step) pair of the m slots given (all of them, or one
-    device's share), no padding. Returns (deltas [m, ...], loss f32[m], steps run f32[1]).
+    device's share), no padding; ``lr``: f32[m]. Returns (deltas [m, ...], loss f32[m],
+    steps run f32[1]).
 
     A loop over clients around a loop over steps (``lax.map`` of single-client chunks)
     runs its ops without XLA:CPU's intra-op thread pool (profiled: a CNN's convolution
@@ -597,8 +606,7 @@ def make_cohort_trainer(
     fidx, mask = jax.vmap(client_batches, in_axes=(None, 0, 0, 0))(data, keys, cohort, steps)
     ends = jnp.cumsum(steps)
     starts = ends - steps
-    opt = client_optimizer(lr)
-    opt_state0 = opt.init(global_params)
+    opt_state0 = opt_init(global_params)
     out_d = jax.tree_util.tree_map(lambda p: jnp.zeros((m,) + p.shape, p.dtype), global_params)
     out_l = jnp.zeros((m,), jnp.float32)
 
@@ -608,7 +616,12 @@ def make_cohort_trainer(
       params, opt_state, loss_sum, out_d, out_l = carry
       aux_c = jax.tree_util.tree_map(lambda a: a[c], aux)
       loss, params, opt_state = local_step(
-        opt, params, opt_state, global_params, batch_at(data, fidx[c, j], mask[c, j]), aux_c
+        client_optimizer(lr[c]),
+        params,
+        opt_state,
+        global_params,
+        batch_at(data, fidx[c, j], mask[c, j]),
+        aux_c,
       )
 
       def finish(carry):
@@ -634,6 +647,7 @@ def make_cohort_trainer(
     cohort = jnp.asarray(cohort, jnp.int32)
     steps = jnp.where(valid, steps_per_client(data.counts, cfg)[cohort], 0)
     keys = slot_keys(key, num_selected)
+    lr = slot_lrs(lr, num_selected)
     deltas, loss, padded = flat_loop(data, global_params, cohort, steps, keys, lr, aux)
     return CohortResult(
       deltas=deltas,
@@ -645,9 +659,9 @@ def make_cohort_trainer(
   def lanes_loop(data, global_params, cohort, steps, keys, lr, aux, lanes):
     """The ``lanes`` loop over the m slots given (all of them, or one device's share).
 
-    Returns (deltas [m, ...], loss f32[m], padded lane-steps f32[1]). One lane is the
-    flat loop (no vmap: a lane axis of 1 takes XLA:CPU's batched-dot path, and a vmapped
-    convolution a grouped one).
+    ``lr``: f32[m]. Returns (deltas [m, ...], loss f32[m], padded lane-steps f32[1]). One
+    lane is the flat loop (no vmap: a lane axis of 1 takes XLA:CPU's batched-dot path, and
+    a vmapped convolution a grouped one).
     """
     if lanes == 1:
       return flat_loop(data, global_params, cohort, steps, keys, lr, aux)
@@ -658,12 +672,12 @@ def make_cohort_trainer(
     mask = jnp.concatenate([mask, jnp.zeros_like(mask[:1])])
     steps_x = jnp.concatenate([steps, jnp.ones((1,), steps.dtype)])
     aux_x = jax.tree_util.tree_map(lambda a: jnp.concatenate([a, a[:1]]), aux)
+    lr_x = jnp.concatenate([lr, jnp.ones((1,), lr.dtype)])
     load, lane_client, lane_start = assign_lanes(steps, lanes)
     lane_end = jnp.where(
       lane_client < m, lane_start + steps_x[lane_client], jnp.iinfo(jnp.int32).max
     )
-    opt = client_optimizer(lr)
-    opt_state0 = opt.init(global_params)
+    opt_state0 = opt_init(global_params)
     stack = lambda t: jax.tree_util.tree_map(lambda a: jnp.broadcast_to(a, (lanes,) + a.shape), t)
     out_d = jax.tree_util.tree_map(lambda p: jnp.zeros((m + 1,) + p.shape, p.dtype), global_params)
     out_l = jnp.zeros((m + 1,), jnp.float32)
@@ -671,7 +685,9 @@ def make_cohort_trainer(
     block = LANE_BLOCK
     lane_ids = jnp.arange(lanes)[None]
 
-    lane_step = jax.vmap(lambda p, s, b, a: local_step(opt, p, s, global_params, b, a))
+    lane_step = jax.vmap(
+      lambda p, s, b, a, r: local_step(client_optimizer(r), p, s, global_params, b, a)
+    )
 
     def save(out_d, out_l, params, loss_sum, dest):
       """Writes each lane's delta and mean loss into row ``dest`` (m: the spare row)."""
@@ -701,15 +717,16 @@ def make_cohort_trainer(
         batch_at(data, fidx[c, j], mask[c, j]),
         c,
         jax.tree_util.tree_map(lambda a: a[c], aux_x),
+        lr_x[c],
       )
 
       def inner(i, carry):
-        batch_i, c_i, aux_i = jax.tree_util.tree_map(lambda a: a[i], xs)
+        batch_i, c_i, aux_i, lr_i = jax.tree_util.tree_map(lambda a: a[i], xs)
         # a lane changes client every ~S / L iterations: skip the save/reset passes over
         # the lanes' params otherwise
         carry = jax.lax.cond(jnp.any(c_i != carry[3]), switch, lambda a, _: a, carry, c_i)
         params, opt_state, loss_sum, prev_c, out_d, out_l = carry
-        loss, params, opt_state = lane_step(params, opt_state, batch_i, aux_i)
+        loss, params, opt_state = lane_step(params, opt_state, batch_i, aux_i, lr_i)
         return params, opt_state, loss_sum + loss, prev_c, out_d, out_l
 
       return jax.lax.fori_loop(0, jnp.minimum(block, num_iters - b * block), inner, carry)
@@ -743,6 +760,7 @@ def make_cohort_trainer(
     cohort = jnp.asarray(cohort, jnp.int32)
     steps = jnp.where(valid, steps_per_client(data.counts, cfg)[cohort], 0)
     keys = slot_keys(key, num_selected)
+    lr = slot_lrs(lr, num_selected)
     if mesh is None:
       deltas, loss, padded = lanes_loop(data, global_params, cohort, steps, keys, lr, aux, chunk)
     else:
@@ -756,12 +774,12 @@ def make_cohort_trainer(
       local = jax.shard_map(
         lambda d, p, c, s, k, r, a: lanes_loop(d, p, c, s, k, r, a, chunk),
         mesh=mesh,
-        in_specs=(P(), P(), spec, spec, spec, P(), spec),
+        in_specs=(P(), P(), spec, spec, spec, spec, spec),
         out_specs=(spec, spec, spec),
         check_vma=False,
       )
       aux_p = jax.tree_util.tree_map(take, aux)
-      out = local(data, global_params, take(cohort), take(steps), take(keys), lr, aux_p)
+      out = local(data, global_params, take(cohort), take(steps), take(keys), take(lr), aux_p)
       inverse = jnp.argsort(perm)
       deltas, loss = jax.tree_util.tree_map(lambda a: a[inverse][:num_selected], out[:2])
       padded = out[2]
@@ -778,6 +796,7 @@ def make_cohort_trainer(
     pad = m_pad - num_selected
     cohort_p = jnp.pad(cohort, (0, pad))
     steps_p = jnp.pad(steps, (0, pad))
+    lr_p = jnp.pad(slot_lrs(lr, num_selected), (0, pad), constant_values=1.0)
     aux_p = jax.tree_util.tree_map(lambda a: jnp.pad(a, [(0, pad)] + [(0, 0)] * (a.ndim - 1)), aux)
     slot = jnp.arange(m_pad)
     keys = slot_keys(key, m_pad)
@@ -788,19 +807,20 @@ def make_cohort_trainer(
       shape_chunks(steps_p),
       shape_chunks(keys),
       jax.tree_util.tree_map(shape_chunks, aux_p),
+      shape_chunks(lr_p),
     )
 
     def run_chunk(args):
-      ids, chunk_steps, chunk_keys, chunk_aux = args
+      ids, chunk_steps, chunk_keys, chunk_aux, chunk_lr = args
       flat_idx, mask = jax.vmap(client_batches, in_axes=(None, 0, 0, 0))(
         data, chunk_keys, ids, chunk_steps
       )
-      flat_idx, mask, chunk_steps_s, chunk_aux = _shard_leading(
-        (flat_idx, mask, chunk_steps, chunk_aux), mesh
+      flat_idx, mask, chunk_steps_s, chunk_aux, chunk_lr = _shard_leading(
+        (flat_idx, mask, chunk_steps, chunk_aux, chunk_lr), mesh
       )
       num_iters = jnp.max(chunk_steps)
-      delta, loss = jax.vmap(train_one, in_axes=(None, None, 0, 0, 0, 0, None, None))(
-        data, global_params, flat_idx, mask, chunk_steps_s, chunk_aux, lr, num_iters
+      delta, loss = jax.vmap(train_one, in_axes=(None, None, 0, 0, 0, 0, 0, None))(
+        data, global_params, flat_idx, mask, chunk_steps_s, chunk_aux, chunk_lr, num_iters
       )
       return delta, loss, num_iters * chunk
 
@@ -837,13 +857,14 @@ def make_cohort_trainer(
     """The same work as ``train``, one jitted client call after another (a reference)."""
     deltas, losses = [], []
     zeros = jax.tree_util.tree_map(jnp.zeros_like, global_params)
+    lr = slot_lrs(lr, num_selected)
     for i in range(num_selected):
       if not bool(valid[i]):
         deltas.append(zeros)
         losses.append(jnp.zeros((), jnp.float32))
         continue
       aux_i = jax.tree_util.tree_map(lambda a, i=i: a[i], aux)
-      d, loss = train_single(global_params, cohort[i], jax.random.fold_in(key, i), lr, aux_i)
+      d, loss = train_single(global_params, cohort[i], jax.random.fold_in(key, i), lr[i], aux_i)
       deltas.append(d)
       losses.append(loss)
     steps = jnp.where(valid, steps_np[np.asarray(cohort)], 0)

@@ -48,6 +48,9 @@ from fedjax_sel.similarity.sketch import sketch as sketch_updates
 SERVER_OPTIMIZERS = ("sgd", "momentum", "adam", "yogi", "adagrad")
 CLIENT_OPTIMIZERS = ("sgd", "momentum")
 LR_SCHEDULES = ("exponential", "step")
+# what the schedule's t counts: rounds (one lr for the cohort) or each client's own
+# completed local trainings (one lr per slot, as a per-client PyTorch scheduler)
+LR_SCHEDULE_UNITS = ("round", "participation")
 DEFAULT_CLIENT_MOMENTUM = 0.9  # what client_optimizer="momentum" means with client_momentum=0
 # RoundState fields whose [N, ...] leaves are split over the client mesh (state_shardings)
 SHARDED_STATE = ("aggregation_state", "client_state", "update_sketch", "embeddings")
@@ -140,6 +143,9 @@ class SimulationConfig(NamedTuple):
   lr_schedule: str = "exponential"  # or "step": client_lr * lr_step_gamma ** (t // lr_step_size)
   lr_step_size: int = 0  # rounds per step (>= 1 with lr_schedule="step")
   lr_step_gamma: float = 0.1
+  # t of the schedule: "round" (the round index) or "participation" (the client's own
+  # count of earlier local trainings; FedEMD's per-client StepLR)
+  lr_schedule_unit: str = "round"
   server_optimizer: str = "sgd"
   server_lr: float = 1.0
   server_momentum: float = 0.9
@@ -263,6 +269,10 @@ class Simulation:
       config.lr_step_size,
       config.lr_step_gamma,
     )
+    if config.lr_schedule_unit not in LR_SCHEDULE_UNITS:
+      raise ValueError(
+        f"lr_schedule_unit={config.lr_schedule_unit!r}; allowed: {', '.join(LR_SCHEDULE_UNITS)}"
+      )
     check_range("sketch_dim", config.sketch_dim, 1)
     check_range("eval_chunk", config.eval_chunk, 0)
     check_range("eval_memory_mb", config.eval_memory_mb, 1)
@@ -599,7 +609,19 @@ class Simulation:
     )
 
   def client_lr(self, t):
+    """The client lr schedule at ``t`` (rounds, or participations: ``lr_schedule_unit``)."""
     return self._client_lr(t)
+
+  def slot_lr(self, state: RoundState, cohort) -> jax.Array:
+    """The lr the cohort trains with in ``state``'s round: f32[] with
+    ``lr_schedule_unit="round"`` (the schedule at the round index), f32[M] with
+    ``"participation"`` (the schedule at each slot's client's count of earlier local
+    trainings, ``state.sampling_counts``: a per-client PyTorch scheduler stepped after each
+    of the client's local trainings)."""
+    if self.config.lr_schedule_unit == "participation":
+      counts = jnp.take(state.sampling_counts, jnp.asarray(cohort, jnp.int32), mode="clip")
+      return self._client_lr(counts)
+    return self._client_lr(state.round)
 
   # ---------------------------------------------------------------- one round
   def _round_step(self, state: RoundState) -> tuple[RoundState, dict]:
@@ -617,7 +639,7 @@ class Simulation:
     ctx = self.context(state, probs, data)
     selection, selection_state = self.selection.select(state.selection_state, k_sel, avail, t, ctx)
     valid = selection.valid
-    lr = self.client_lr(t)
+    lr = self.slot_lr(state, selection.cohort)
     aux = self.client_update.prepare(state.client_state, selection.cohort)
     result = self.trainer.with_data(
       data.train, state.params, selection.cohort, valid, k_train, lr, aux
@@ -681,7 +703,10 @@ class Simulation:
       "num_available": jnp.sum(avail),
       "num_selected": jnp.sum(valid),
       "num_nonfinite": jnp.sum(valid & ~finite),
-      "client_lr": lr,
+      # per-slot lrs: their mean over the clients that trained
+      "client_lr": lr
+      if jnp.ndim(lr) == 0
+      else jnp.sum(jnp.where(valid, lr, 0.0)) / jnp.maximum(jnp.sum(valid), 1),
     }
     return new_state, metrics
 

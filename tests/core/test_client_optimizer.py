@@ -74,6 +74,28 @@ def test_round_loop_uses_the_step_schedule(small_synthetic):
   )
 
 
+def test_round_loop_steps_each_clients_own_schedule(small_synthetic):
+  """``lr_schedule_unit="participation"``: a client's lr is 0.1 * 0.5^(its earlier
+  trainings // 2), from the sampling counts before each round, checked round by round."""
+  c = experiment.default_config()
+  c.num_clients, c.clients_per_round, c.local_steps = 12, 3, 2
+  c.client_lr, c.lr_schedule, c.lr_step_size, c.lr_step_gamma = 0.1, "step", 2, 0.5
+  c.lr_schedule_unit, c.availability = "participation", "always"
+  sim, _ = experiment.build(c, small_synthetic)
+  state = sim.init(0)
+  reported, expected = [], []
+  for _ in range(12):
+    before = np.asarray(state.sampling_counts)
+    state, m = sim.round_step(state)
+    after = np.asarray(state.sampling_counts)
+    chosen = np.flatnonzero(after > before)
+    assert len(chosen) == 3
+    expected.append(np.mean(0.1 * 0.5 ** (before[chosen] // 2)))
+    reported.append(float(m["client_lr"]))
+  np.testing.assert_allclose(reported, expected, rtol=1e-6)
+  assert min(expected) < 0.1 and len(set(np.round(expected, 6))) > 2  # schedules diverged
+
+
 # ------------------------------------------------------------------------------ local steps
 
 
@@ -206,6 +228,10 @@ def test_simulation_config_rejects_bad_values(small_synthetic):
     (SimulationConfig(lr_schedule="step"), "lr_step_size=0"),
     (SimulationConfig(client_weight_decay=-1.0), "client_weight_decay=-1.0"),
     (SimulationConfig(client_momentum=2.0), "client_momentum=2.0"),
+    (
+      SimulationConfig(lr_schedule_unit="epoch"),
+      "lr_schedule_unit='epoch'; allowed: round, participation",
+    ),
   ]:
     with pytest.raises(ValueError, match=message):
       Simulation(small_synthetic, model, *parts, bad)
@@ -215,6 +241,7 @@ def test_resume_of_a_checkpoint_written_before_these_fields():
   """A checkpoint's config without the new fields ran with their defaults: it may resume."""
   now = experiment._fingerprint(experiment.default_config())
   new = ("client_momentum", "client_weight_decay", "lr_schedule", "lr_step_size", "lr_step_gamma")
+  new += ("lr_schedule_unit",)
   saved = {k: v for k, v in now.items() if k not in new}
   experiment._check_same_config(saved, now, "out")  # no error
   c = experiment.default_config()

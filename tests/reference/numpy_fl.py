@@ -256,6 +256,8 @@ def run_rounds(
   steps=None,
   client_lr,
   lr_decay=1.0,
+  lr_step=None,
+  lr_unit="round",
   client_momentum=0.0,
   server_lr=1.0,
   server_momentum=0.0,
@@ -265,28 +267,47 @@ def run_rounds(
   ``schedule(t) -> (cohort, valid, weights, avail)`` gives each round's cohort slots and who
   is available; ``aggregate(deltas, cohort, valid, weights, received, t) -> update``.
   A slot is trained when valid and its update received when also available.
+  The client lr is ``client_lr * lr_decay**u``, or with ``lr_step = (size, gamma)``
+  ``client_lr * gamma**(u // size)`` (PyTorch StepLR), where u is the round t
+  (``lr_unit="round"``) or the number of rounds in which the slot's client trained before
+  (``"participation"``: a scheduler per client, stepped after each of its local trainings);
+  the record's ``client_lr`` is then the mean over the trained slots.
   """
   x = np.asarray(x, np.float64)
   y = np.asarray(y)
   n_max = max(int(max(counts)), 1)
   server = Server(params, server_lr, server_momentum)
   records = []
+  trainings = [0] * len(counts)
+
+  def lr_at(u):
+    if lr_step is None:
+      return client_lr * lr_decay**u
+    size, gamma = lr_step
+    return client_lr * gamma ** (u // size)
+
   for t in range(rounds):
     cohort, valid, weights, avail = schedule(t)
     key_t = jax.random.fold_in(state_key, t)
     _, k_train = jax.random.split(key_t)
-    lr = client_lr * lr_decay**t
-    deltas, losses = [], []
+    lr = lr_at(t)
+    deltas, losses, used_lrs = [], [], []
     for i, c in enumerate(cohort):
       if not valid[i]:
         deltas.append(zeros_like(server.params))
         losses.append(0.0)
         continue
+      lr_c = lr_at(trainings[c]) if lr_unit == "participation" else lr
+      used_lrs.append(lr_c)
       n, o = int(counts[c]), int(offsets[c])
       bs = client_batches(jax.random.fold_in(k_train, i), n, n_max, batch, epochs, steps)
-      d, loss = local_train(server.params, x[o : o + n], y[o : o + n], bs, lr, client_momentum)
+      d, loss = local_train(server.params, x[o : o + n], y[o : o + n], bs, lr_c, client_momentum)
       deltas.append(d)
       losses.append(loss)
+    for i, c in enumerate(cohort):
+      trainings[c] += bool(valid[i])
+    if lr_unit == "participation":
+      lr = float(np.mean(used_lrs)) if used_lrs else 0.0
     received = [bool(valid[i]) and bool(avail[cohort[i]]) for i in range(len(cohort))]
     update = aggregate(deltas, cohort, valid, weights, received, t)
     server.step(update)
