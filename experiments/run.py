@@ -31,6 +31,7 @@ HELP = {
   "partition": "how examples are split over clients: natural (Synthetic), iid, dirichlet, "
   "shards, lognormal, size_groups, clustered ('' = natural/iid)",
   "model": "model name: logreg, mlp, cnn_mnist, cnn_cifar",
+  "mlp_hidden": "width of the hidden layer of --model=mlp (one layer; >= 1)",
   "num_clients": "N, number of clients",
   "clients_per_round": "M, cohort slots per round (1..N)",
   "examples_per_client": "give every client exactly this many training examples (0 = the "

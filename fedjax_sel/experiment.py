@@ -45,6 +45,7 @@ def default_config() -> ml_collections.ConfigDict:
   c.dataset = "synthetic"
   c.partition = ""  # "" = the dataset's natural split (Synthetic) or "iid"
   c.model = "logreg"
+  c.mlp_hidden = 200  # width of model="mlp"'s hidden layer (Clustered Sampling's MNIST MLP: 50)
   c.num_clients = 30
   c.clients_per_round = 6
   c.examples_per_client = 0  # 0 = the dataset's or partition's own sizes
@@ -145,6 +146,7 @@ def validate_config(c: ml_collections.ConfigDict) -> None:
     "sketch_dim",
     "labels_per_client",
     "num_groups",
+    "mlp_hidden",
   ):
     _positive_int(name, c[name])
   if c.clients_per_round > c.num_clients:
@@ -257,7 +259,8 @@ def build(c: ml_collections.ConfigDict, dataset: data.FederatedData | None = Non
   validate_config(c)
   avail, sel, agg, upd = make_components(c)
   dataset = dataset if dataset is not None else load_data(c)
-  model = models.make(c.model, dataset.input_shape, dataset.num_classes)
+  hp = {"hidden": (int(c.mlp_hidden),)} if c.model == "mlp" else {}
+  model = models.make(c.model, dataset.input_shape, dataset.num_classes, **hp)
   config = sim_lib.SimulationConfig(
     client_lr=c.client_lr,
     lr_decay=c.lr_decay,

@@ -96,6 +96,16 @@ def test_round_loop_steps_each_clients_own_schedule(small_synthetic):
   assert min(expected) < 0.1 and len(set(np.round(expected, 6))) > 2  # schedules diverged
 
 
+def test_mlp_hidden_sets_the_width(small_synthetic):
+  """``mlp_hidden`` is the MLP's one hidden layer: d x h + h + h x C + C parameters."""
+  c = experiment.default_config()
+  c.model, c.mlp_hidden, c.num_clients = "mlp", 50, 12
+  sim, _ = experiment.build(c, small_synthetic)
+  d, k = small_synthetic.input_shape[0], small_synthetic.num_classes
+  n = sum(a.size for a in jax.tree_util.tree_leaves(sim.init(0).params))
+  assert n == d * 50 + 50 + 50 * k + k
+
+
 # ------------------------------------------------------------------------------ local steps
 
 
