@@ -91,6 +91,18 @@ def run_cell(
   )["cell"]
 
 
+def run_named_cells(
+  cfgs: dict[str, ml_collections.ConfigDict],
+  output_dir: str,
+  seeds: list[int],
+  dataset_fn: Callable[[ml_collections.ConfigDict], object] | None = None,
+  resume: bool = True,
+) -> dict[str, list[tuple[dict, list[dict]]]]:
+  """:func:`run_cells` with each cell ``name`` in ``output_dir/cells/<name>/``."""
+  cells = {name: (c, os.path.join(output_dir, "cells", name)) for name, c in cfgs.items()}
+  return run_cells(cells, seeds, dataset_fn=dataset_fn, resume=resume)
+
+
 def run_cells(
   cells: dict[str, tuple[ml_collections.ConfigDict, str]],
   seeds: list[int],

@@ -153,12 +153,7 @@ def run_study(
   load = dataset_cache()
   cfgs = {name: cell_config(config, method, p) for name, method, p in cells(config)}
   # every cell and seed; those of one program shape (e.g. the p_min sweep) run as one
-  runs = common.run_cells(
-    {name: (c, os.path.join(output_dir, "cells", name)) for name, c in cfgs.items()},
-    seeds,
-    dataset_fn=load,
-    resume=resume,
-  )
+  runs = common.run_named_cells(cfgs, output_dir, seeds, dataset_fn=load, resume=resume)
   base = config.base
   setup = (
     f"{base.dataset}, N={base.num_clients}, {base.labels_per_client} classes/client, "
