@@ -58,6 +58,11 @@ def define_flags():
 # ------------------------------------------------------------------------------ data
 
 
+def model_name(base: ml_collections.ConfigDict) -> str:
+  """The model as a plot title names it (the MLP with its hidden width)."""
+  return f"MLP {int(base.mlp_hidden)} hidden" if base.model == "mlp" else str(base.model)
+
+
 def pool(dataset: str, data_dir: str = "") -> tuple[np.ndarray, ...]:
   """(x, y, test_x, test_y, num_classes) of a centralized dataset (``loaders.load_pool``)."""
   return tuple(loaders.load_pool(dataset, data_dir or None))
@@ -428,7 +433,7 @@ def run_all(
         cfg,
         keys,
         os.path.join(output_dir, f"curves_dirichlet_a{a:g}.png"),
-        f"{dataset}, unbalanced Dir(α={a:g}), N={ds.num_clients}, m="
+        f"{dataset}, {model_name(base)}, unbalanced Dir(α={a:g}), N={ds.num_clients}, m="
         f"{base.clients_per_round}, {steps} local steps, lr={lr:g}",
       )
     out["dirichlet"] = results.write_table(
@@ -467,7 +472,7 @@ def run_all(
       cfg,
       keys,
       os.path.join(output_dir, "curves_one_class.png"),
-      f"{dataset}, one class per client, N={ds.num_clients}, m="
+      f"{dataset}, {model_name(base)}, one class per client, N={ds.num_clients}, m="
       f"{base.clients_per_round}, {steps} local steps, lr={oc.client_lr:g}",
     )
   if "weights" in parts:
