@@ -7,6 +7,8 @@ the remaining classes i.i.d. Fashion-MNIST: batch 4, lr 0.001, momentum 0.9, alp
 beta 0.0015, and a StepLR (step 10, gamma 0.1) per client: the authors' code gives every
 client its own scheduler, stepped after each of that client's local trainings, so the
 step counts the client's participations (``lr_schedule_unit="participation"``), not rounds.
+Aggregation is FedAvg as the authors' code runs it: the plain mean of the 5 selected models
+(``weighting="uniform"``), not weighted by client size.
 
 Offline the dataset is scikit-learn's ``digits`` with an MLP (the paper's light-weight CNN
 is meant for 28x28 images); with --data_dir: Fashion-MNIST and the FedAvg CNN.
@@ -38,7 +40,10 @@ def get_config() -> ml_collections.ConfigDict:
   base.lr_schedule_unit = "participation"
   base.availability = "always"
   base.selection = "uniform"
-  base.aggregator = "fedavg"  # n_k / sum n over the cohort
+  base.aggregator = "fedavg"
+  # The plain mean of the cohort's models: the authors' code averages the selected clients'
+  # parameters without their sizes (its size-weighted average is commented out).
+  base.aggregator_hparams = ml_collections.ConfigDict({"weighting": "uniform"})
   base.test_fraction = 0.0  # clients train on all their data; accuracy is on the test split
   base.checkpoint_every = 50
 

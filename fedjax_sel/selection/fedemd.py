@@ -11,8 +11,9 @@ of Appendix A.5): early on, clients far from the global distribution (Mavericks)
 favoured; later, clients far from what has already been trained on are penalized. M
 clients are then drawn by weighted random sampling without replacement (A-Res, Alg. 1
 lines 9-17) with weights ``Proba^t``, among the available clients (the softmax is taken
-over the available clients only). Aggregation is FedAvg (``n_k / sum n``), as in the
-paper's experiments.
+over the available clients only). The selection's weights are FedAvg's ``n_k / sum n``;
+the FedEMD study (``experiments/configs/fedemd.py``) aggregates with the plain mean instead
+(``fedavg`` with ``weighting="uniform"``), as the authors' code does.
 
 Readings of the machine-converted paper (see BUILD_NOTES.md, selection):
 

@@ -148,6 +148,7 @@ BAD_INPUTS = [
   (["--lr_schedule=cosine"], ["lr_schedule 'cosine'", "exponential, step"]),
   (["--lr_schedule_unit=epoch"], ["lr_schedule_unit 'epoch'", "round, participation"]),
   (["--model=mlp", "--mlp_hidden=0"], ["mlp_hidden=0 is out of range"]),
+  (["--aggregator_weighting='size'"], ["weighting='size' is not allowed", "'uniform'"]),
   (["--lr_schedule=step"], ["lr_step_size=0 is out of range", "integers >= 1"]),
   (["--lr_schedule=step", "--lr_step_size=10", "--lr_step_gamma=0"], ["lr_step_gamma=0.0"]),
   (["--lr_schedule=step", "--lr_step_size=10", "--lr_step_gamma=2"], ["lr_step_gamma=2.0"]),
