@@ -175,6 +175,15 @@ def prepare_config(
   return c
 
 
+def fedavg_name(base: ml_collections.ConfigDict) -> str:
+  """FedAvg as the plot titles name it: with its weighting and the client lr schedule."""
+  w = base.aggregator_hparams.get("weighting", "selection")
+  agg = "FedAvg (plain mean)" if w == "uniform" else "FedAvg (size-weighted)"
+  if base.lr_schedule != "step":
+    return agg
+  return f"{agg}, StepLR {base.lr_step_size} per {base.lr_schedule_unit}"
+
+
 def cell_config(config: ml_collections.ConfigDict, method: str) -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict(config.base.to_dict())
   c.selection = SELECTION[method]
@@ -360,7 +369,8 @@ def run_study(
     results.plot_curves(
       curves,
       path,
-      f"FedEMD: {s.replace('_', ' ')} Maverick(s), {setup}, FedAvg, mean of {len(seeds)} seed(s)",
+      f"FedEMD: {s.replace('_', ' ')} Maverick(s), {setup}, {fedavg_name(base)}, "
+      f"mean of {len(seeds)} seed(s)",
       "test accuracy (%)",
     )
     figures.append(path)
