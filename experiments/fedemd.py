@@ -369,7 +369,7 @@ def run_study(
     results.plot_curves(
       curves,
       path,
-      f"FedEMD: {s.replace('_', ' ')} Maverick(s), {setup}, {fedavg_name(base)}, "
+      f"FedEMD: {s.replace('_', ' ')} Maverick(s), {setup},\n{fedavg_name(base)}, "
       f"mean of {len(seeds)} seed(s)",
       "test accuracy (%)",
     )
