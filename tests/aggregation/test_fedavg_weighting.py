@@ -37,3 +37,26 @@ def test_bad_weighting():
   with pytest.raises(ValueError, match=r"weighting='size'.*'selection', 'uniform'"):
     aggregation.make("fedavg", weighting="size")
 
+
+
+def test_uniform_with_one_valid_slot_is_that_slot():
+  """One valid slot: weight 1 (the plain mean of one model), whatever the selection says."""
+  agg = aggregation.make("fedavg", weighting="uniform")
+  deltas = {"w": jnp.array([[3.0], [5.0]])}
+  sel = Selection(
+    cohort=jnp.array([0, 1]), valid=jnp.array([True, False]), weights=jnp.array([0.2, 0.8])
+  )
+  state = agg.init({"w": jnp.zeros((1,))}, None)
+  update, _ = agg.apply(state, deltas, sel, jnp.array([True, True]), jnp.int32(0))
+  assert float(update["w"][0]) == pytest.approx(3.0)
+
+
+@pytest.mark.parametrize("weighting", ["selection", "uniform"])
+def test_state_counts_rounds(weighting):
+  agg = aggregation.make("fedavg", weighting=weighting)
+  deltas = {"w": jnp.array([[1.0]])}
+  sel = Selection(cohort=jnp.array([0]), valid=jnp.array([True]), weights=jnp.array([1.0]))
+  state = agg.init({"w": jnp.zeros((1,))}, None)
+  for t in range(3):
+    _, state = agg.apply(state, deltas, sel, jnp.array([True]), jnp.int32(t))
+  assert int(state.rounds) == 3
