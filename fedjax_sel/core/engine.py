@@ -489,8 +489,9 @@ def make_cohort_trainer(
   Returns:
     A pure, jittable function. ``cohort: i32[M]``, ``valid: bool[M]``, ``lr``: the client
     learning rate, one for the cohort (``f32[]``) or one per slot (``f32[M]``, e.g. a
-    per-client schedule), ``aux``: per-slot pytree from ``client_update.prepare``. It reads the training data
-    from ``train.data`` (closed over: a constant of whatever program calls it);
+    per-client schedule), ``aux``: per-slot pytree from ``client_update.prepare``. It reads
+    the training data from ``train.data`` (closed over: a constant of whatever program calls
+    it);
     ``train.with_data(data, params, cohort, valid, key, lr, aux)`` takes them as an
     argument instead, so a jitted caller compiles once per shape, whatever the values.
     The static plan (longest client, steps, lanes) comes from ``counts``: ``with_data``
