@@ -73,6 +73,11 @@ TESTS = {
   "aggregation/mifa.py": ["tests/aggregation/test_reference_aggregators.py",
                           "tests/aggregation/test_mifa.py",
                           "tests/aggregation/test_aggregation_contract.py"],
+  "selection/uniform.py": ["tests/selection/test_contract.py", "tests/selection/test_common.py"],
+  "selection/full.py": ["tests/selection/test_contract.py", "tests/selection/test_common.py"],
+  "selection/md.py": ["tests/selection/test_contract.py", "tests/selection/test_common.py"],
+  "selection/fedemd.py": ["tests/selection/test_selection_fedemd.py",
+                          "tests/selection/test_contract.py"],
 }
 
 KEEP_BINARY = (
