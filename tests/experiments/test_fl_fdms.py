@@ -52,9 +52,15 @@ def test_quick_binary_writes_tables_and_figures(tmp_path):
   # round, so C(10, 2) = 45 pairs a round over 4 rounds.
   assert int(rows["FL-FDMS"][2]) == 4 * 45
   cv = read_csv(out / "convergence.csv")
-  assert cv[0] == ["method", "α=0.5: mean test acc over rounds (%)", "α=0.5: rounds to 90 % acc"]
+  assert cv[0] == [
+    "method",
+    "α=0.5: mean test acc over rounds (%)",
+    "α=0.5: rounds to 90 % acc",
+    "α=0.5: mean |Δ acc| between evaluations (pp)",
+  ]
   assert [r[0] for r in cv[1:]] == labels
   assert all(MEAN_STD.match(r[1]) and (r[2] == ">4" or MEAN_STD.match(r[2])) for r in cv[1:])
+  assert all(MEAN_STD.match(r[3]) for r in cv[1:])
   summary = json.loads((out / "cells" / "full" / "seed0" / "summary.json").read_text())
   assert summary["rounds"] == 4 and summary["complete"]
   assert "| Full |" in p.stdout
@@ -94,6 +100,13 @@ def test_rounds_to_target():
   history = [{"round": 5, "test_accuracy": 0.8}, {"round": 10, "test_accuracy": 0.91}]
   assert fl_fdms.rounds_to(history, 0.9) == 10 and fl_fdms.rounds_to(history, 0.95) is None
   assert fl_fdms.curve_of(history) == [0.8, 0.91]
+
+
+def test_fluctuation_by_hand():
+  # |0.82 - 0.80| = 0.02 and |0.78 - 0.82| = 0.04: mean 0.03.
+  history = [{"test_accuracy": a} for a in (0.80, 0.82, 0.78)]
+  assert fl_fdms.fluctuation(history) == pytest.approx(0.03)
+  assert fl_fdms.fluctuation(history[:1]) == 0.0
 
 
 def test_saved_share():
