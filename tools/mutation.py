@@ -78,6 +78,14 @@ TESTS = {
   "selection/md.py": ["tests/selection/test_contract.py", "tests/selection/test_common.py"],
   "selection/fedemd.py": ["tests/selection/test_selection_fedemd.py",
                           "tests/selection/test_contract.py"],
+  "selection/common.py": ["tests/selection/test_common.py", "tests/selection/test_contract.py"],
+  "selection/power_of_choice.py": ["tests/selection/test_power_of_choice.py",
+                                   "tests/selection/test_contract.py"],
+  "selection/clustered.py": ["tests/selection/test_clustered.py",
+                             "tests/selection/test_contract.py"],
+  "selection/shapley.py": ["tests/selection/test_shapley.py", "tests/selection/test_contract.py"],
+  "selection/fedgs.py": ["tests/selection/test_fedgs.py", "tests/selection/test_fedgs_rebuild.py",
+                         "tests/selection/test_contract.py"],
 }
 
 KEEP_BINARY = (
