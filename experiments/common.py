@@ -12,6 +12,7 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import os
+import time
 from collections.abc import Callable
 
 import ml_collections
@@ -165,6 +166,7 @@ def run_cells(
       dataset=members[0][4],
       write_plots=False,
       loop=loop,
+      progress=progress_logger(f"{members[0][0]} seed {members[0][2].seed}", len(members)),
     )
 
   workers = max(1, min(int(workers), len(batches)))
@@ -181,6 +183,33 @@ def run_cells(
         summary = json.load(f)
       out[name][i] = (summary, results.read_jsonl(os.path.join(folder, "metrics.jsonl")))
   return out
+
+
+def progress_logger(label: str, size: int = 1) -> Callable[[int, int, dict], None]:
+  """A ``progress`` callback for ``experiment.run_batch`` that logs one line per chunk.
+
+  A study binary runs for minutes to hours; each program reports ``label`` (its first
+  experiment), how many experiments it runs, the round reached, the wall time since this
+  callback was made, an estimate of the time left, and the last test accuracy.
+  """
+  start = time.monotonic()
+  first: list[tuple[int, float]] = []  # (round, time) of the first report: compile excluded
+
+  def log(t: int, total: int, record: dict) -> None:
+    now = time.monotonic()
+    elapsed = now - start
+    if not first:
+      first.append((t, now))
+    done = t - first[0][0]
+    eta = f"{(now - first[0][1]) / done * (total - t):.0f} s" if done > 0 else "?"
+    acc = record.get("test_accuracy")
+    acc_text = f", test accuracy {100 * acc:.2f} %" if acc is not None else ""
+    logging.info(
+      "%s (+%d more): round %d/%d after %.0f s, about %s left%s",
+      label, size - 1, t, total, elapsed, eta, acc_text,
+    )
+
+  return log
 
 
 def mean_std(values) -> tuple[float, float]:
