@@ -122,3 +122,103 @@ def test_rejects_bad_hparams():
     selection.make("fedemd", num_selected=2, ground_metric="kl")
   with pytest.raises(ValueError, match="alpha"):
     selection.make("fedemd", num_selected=2, alpha=-1.0)
+
+
+# Mutation-testing survivors (issue 22): values by hand at the formulas' edges.
+
+# 5 clients, 3 classes. Class 2 has the most holders (4) but only one example at each, so
+# "most holders" (c1 = 2) differs from "most holders with > 1 example" (class 0) and from a
+# count over the wrong axis (client 1 holds the most classes).
+EDGE_COUNTS = np.array([[3, 0, 1], [3, 3, 1], [0, 2, 1], [0, 2, 1], [9, 0, 0]])
+
+
+def test_normalizer_uses_the_class_with_most_holders():
+  info = ClientInfo(
+    num_examples=jnp.asarray(EDGE_COUNTS.sum(1), jnp.int32),
+    label_counts=jnp.asarray(EDGE_COUNTS, jnp.int32),
+  )
+  state = selection.make("fedemd", num_selected=2).init(jax.random.PRNGKey(0), info)
+  # mean_i P^i(y=2) = (1/4 + 1/7 + 1/3 + 1/3 + 0) / 5
+  normalizer = (1 / 4 + 1 / 7 + 1 / 3 + 1 / 3) / 5
+  np.testing.assert_allclose(float(state.normalizer), normalizer, rtol=1e-6)
+  props = EDGE_COUNTS / EDGE_COUNTS.sum(1, keepdims=True)
+  global_p = EDGE_COUNTS.sum(0) / EDGE_COUNTS.sum()
+  expected = np.abs(props - global_p).sum(1) / normalizer
+  np.testing.assert_allclose(np.asarray(state.emd_global), expected, rtol=1e-5)
+
+
+def test_no_labels_at_all_stays_finite():
+  info = ClientInfo(
+    num_examples=jnp.zeros((3,), jnp.int32), label_counts=jnp.zeros((3, 4), jnp.int32)
+  )
+  state = selection.make("fedemd", num_selected=2).init(jax.random.PRNGKey(0), info)
+  assert float(state.normalizer) == 1.0
+  np.testing.assert_array_equal(np.asarray(state.emd_global), np.zeros(3))
+
+
+def test_emd_of_single_example_and_empty_clients():
+  one_a, one_b = jnp.asarray([1.0, 0.0, 0.0]), jnp.asarray([0.0, 1.0, 0.0])
+  np.testing.assert_allclose(fedemd.emd(one_a, one_b), 2.0)  # one example: a one-hot
+  # An empty client is the zero vector: its L1 distance to a distribution is 1.
+  np.testing.assert_allclose(fedemd.emd(jnp.zeros(3), jnp.asarray([2.0, 1.0, 1.0])), 1.0)
+
+
+def test_wasserstein_is_per_row_on_a_batch():
+  p = jnp.asarray([[1.0, 0.0, 0.0], [0.0, 0.0, 1.0]])
+  q = jnp.asarray([0.0, 1.0, 0.0])
+  # W1 = sum_c |F_p(c) - F_q(c)|, row by row:
+  # row 0: F_p = (1, 1, 1), F_q = (0, 1, 1): 1 + 0 + 0 = 1
+  # row 1: F_p = (0, 0, 1), F_q = (0, 1, 1): 0 + 1 + 0 = 1
+  # against q' = (1, 0, 0), F_q' = (1, 1, 1): row 0 gives 0, row 1 gives 1 + 1 + 0 = 2
+  np.testing.assert_allclose(fedemd.emd(p, q, "wasserstein"), [1.0, 1.0])
+  np.testing.assert_allclose(fedemd.emd(p, jnp.asarray([1.0, 0.0, 0.0]), "wasserstein"), [0.0, 2.0])
+
+
+def _state():
+  return selection.make("fedemd", num_selected=2).init(jax.random.PRNGKey(0), _info())
+
+
+def test_probs_with_one_or_no_available_client():
+  state = _state()
+  one = jnp.asarray([False, False, True, False, False, False])
+  np.testing.assert_array_equal(
+    np.asarray(fedemd.selection_probs(state, one, 3, 0.15, 0.0015)), one.astype(np.float32)
+  )
+  none = jnp.zeros((6,), bool)
+  np.testing.assert_array_equal(np.asarray(fedemd.selection_probs(state, none, 3, 0.15, 0.0015)), 0)
+
+
+def test_probs_do_not_underflow_late():
+  """Late rounds make every logit very negative; with a client unavailable the softmax
+  must still be the softmax over the available ones (not all zeros)."""
+  state = _state()._replace(current_counts=jnp.asarray([0.0, 0.0, 30.0]))
+  avail = jnp.asarray([True, True, True, True, True, False])
+  t, alpha, beta = 200000, 0.15, 0.0015
+  props = COUNTS / COUNTS.sum(1, keepdims=True)
+  emd_c = np.abs(props - np.array([0.0, 0.0, 1.0])).sum(1) / float(state.normalizer)
+  logits = alpha * np.asarray(state.emd_global, np.float64) - t * beta * emd_c
+  assert logits[:5].max() < -200  # exp underflows in float32 without the shift
+  w = np.exp(logits[:5] - logits[:5].max())
+  expected = np.append(w / w.sum(), 0.0)
+  got = np.asarray(fedemd.selection_probs(state, avail, t, alpha, beta))
+  np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-7)
+
+
+def test_invalid_slots_add_nothing_to_current_counts():
+  strategy = selection.make("fedemd", num_selected=3)
+  info = _info()
+  avail = jnp.asarray([False, True, False, False, False, False])  # 1 client, 3 slots
+  sel, new_state = strategy.select(strategy.init(jax.random.PRNGKey(0), info),
+                                   jax.random.PRNGKey(1), avail, 0, make_ctx(info))
+  assert np.asarray(sel.valid).tolist() == [True, False, False]
+  np.testing.assert_array_equal(np.asarray(new_state.current_counts), COUNTS[1])
+
+
+def test_defaults_are_the_papers_fashion_mnist_row():
+  import inspect
+
+  params = inspect.signature(fedemd.make_fedemd).parameters
+  assert (params["alpha"].default, params["beta"].default) == (0.15, 0.0015)
+  assert params["ground_metric"].default == "l1"
+  with pytest.raises(ValueError, match="beta"):
+    selection.make("fedemd", num_selected=2, beta=-0.001)
