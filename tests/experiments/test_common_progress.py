@@ -1,4 +1,4 @@
-"""experiments.common.progress_logger: the study binaries' per-chunk progress line."""
+"""experiments.common: the study binaries' progress line and how many programs run at once."""
 
 import logging
 
@@ -26,3 +26,9 @@ def test_progress_line_without_accuracy(monkeypatch, caplog):
   with caplog.at_level(logging.INFO):
     common.progress_logger("full seed 0")(5, 5, {"train_loss": 1.0})
   assert caplog.records[-1].getMessage() == "full seed 0 (+0 more): round 5/5 after 2 s, about ? left"
+
+
+def test_one_program_at_a_time_on_a_mesh():
+  assert common.default_workers(1) == 2  # compile one while the other runs
+  assert common.default_workers(2) == 1  # collectives would wait on the other program
+  assert common.default_workers(8) == 1
