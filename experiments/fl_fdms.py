@@ -316,7 +316,7 @@ def run_study(
     results.plot_curves(
       curves,
       path,
-      f"FL-FDMS Fig. 1: {base.dataset}, clustered (N={base.num_clients}, "
+      f"FL-FDMS Fig. 1: {base.dataset} + {base.model}, clustered (N={base.num_clients}, "
       f"{base.num_groups} clusters), α={a:g}, mean of {len(seeds)} seed(s)",
       "test accuracy (%)",
     )
@@ -327,7 +327,7 @@ def run_study(
       similarity[0],
       path,
       f"FL-FDMS Fig. 4: final similarity scores R (α={similarity[1]:g}, "
-      f"seed {similarity[2]}, {base.dataset})",
+      f"seed {similarity[2]}, {base.dataset} + {base.model})",
     )
     figures.append(path)
   return {
