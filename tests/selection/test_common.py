@@ -5,8 +5,10 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from scipy import stats
 
+import fedjax_sel.selection as selection
 from fedjax_sel.selection import common
 
 
@@ -74,3 +76,42 @@ def test_fedavg_and_equal_weights_hand_case():
     np.asarray(common.equal_weights(jnp.asarray([True, False, True, True]))),
     [0.25, 0.0, 0.25, 0.25],
   )
+
+
+# Mutation-testing survivors of selection/common.py and power_of_choice.py (issue 22).
+
+
+def test_check_num_selected_accepts_one_and_rejects_non_integers():
+  assert common.check_num_selected(1) == 1
+  assert common.check_num_selected(np.int64(3)) == 3
+  for bad in (0, True, 2.5, "3", None):
+    with pytest.raises(ValueError, match="num_selected"):
+      common.check_num_selected(bad)
+
+
+def test_power_of_choice_d_bounds():
+  assert selection.make("power_of_choice", num_selected=3, d=3).num_selected == 3  # d = M ok
+  for bad in (2, True, 3.5):
+    with pytest.raises(ValueError, match="d="):
+      selection.make("power_of_choice", num_selected=3, d=bad)
+
+
+def test_categorical_with_probability_weights_and_clamped_negatives():
+  draws = 4000
+  # Weights that are probabilities (sum 1), an unavailable client with a large weight.
+  idx, valid = common.categorical_with_replacement(
+    jax.random.PRNGKey(0), jnp.asarray([0.8, 0.2, 5.0]), jnp.asarray([True, True, False]), draws
+  )
+  assert bool(np.all(np.asarray(valid)))
+  freq0 = float(np.mean(np.asarray(idx) == 0))
+  assert abs(freq0 - 0.8) < 0.03 and not np.any(np.asarray(idx) == 2)  # 5 sigma = 0.03
+  # A negative weight counts as 0: only client 1 can be drawn.
+  idx, _ = common.categorical_with_replacement(
+    jax.random.PRNGKey(1), jnp.asarray([-1.0, 0.5]), jnp.asarray([True, True]), 200
+  )
+  assert np.all(np.asarray(idx) == 1)
+
+
+def test_fedavg_weights_one_client_with_one_example():
+  w = common.fedavg_weights(jnp.asarray([1, 5]), jnp.asarray([0, 1]), jnp.asarray([True, False]))
+  np.testing.assert_array_equal(np.asarray(w), [1.0, 0.0])
