@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import jax
 import jax.numpy as jnp
 
 from fedjax_sel.core.registry import check_range
@@ -111,13 +112,9 @@ def selection_probs(
   emd_current = emd(state.current_counts[None, :], state.label_counts, ground_metric)
   emd_current = emd_current / state.normalizer
   logits = selection_logits(state.emd_global, emd_current, t, alpha, beta)
-  # Shift by the largest *available* logit, so the top available weight is exp(0) = 1 and
-  # the softmax never underflows to all zeros (late rounds make every logit very negative).
-  top = jnp.max(jnp.where(avail, logits, -jnp.inf))
-  top = jnp.where(jnp.isfinite(top), top, 0.0)  # no client available: every weight is 0
-  w = jnp.where(avail, jnp.exp(logits - top), 0.0)
-  total = jnp.sum(w)
-  return jnp.where(total > 0, w / jnp.where(total > 0, total, 1.0), 0.0)
+  # jax's masked softmax shifts by the largest *available* logit, so it never underflows to
+  # all zeros in late rounds (every logit very negative); 0 off the mask, all 0 if none.
+  return jax.nn.softmax(logits, where=avail)
 
 
 @register("fedemd")
