@@ -221,7 +221,13 @@ def progress_logger(label: str, size: int = 1) -> Callable[[int, int, dict], Non
     acc_text = f", test accuracy {100 * acc:.2f} %" if acc is not None else ""
     logging.info(
       "%s (+%d more): round %d/%d after %.0f s, about %s left%s",
-      label, size - 1, t, total, elapsed, eta, acc_text,
+      label,
+      size - 1,
+      t,
+      total,
+      elapsed,
+      eta,
+      acc_text,
     )
 
   return log

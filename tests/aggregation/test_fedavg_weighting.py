@@ -38,7 +38,6 @@ def test_bad_weighting():
     aggregation.make("fedavg", weighting="size")
 
 
-
 def test_uniform_with_one_valid_slot_is_that_slot():
   """One valid slot: weight 1 (the plain mean of one model), whatever the selection says."""
   agg = aggregation.make("fedavg", weighting="uniform")

@@ -25,7 +25,9 @@ def test_progress_line_without_accuracy(monkeypatch, caplog):
   monkeypatch.setattr(common.time, "monotonic", lambda: next(clock))
   with caplog.at_level(logging.INFO):
     common.progress_logger("full seed 0")(5, 5, {"train_loss": 1.0})
-  assert caplog.records[-1].getMessage() == "full seed 0 (+0 more): round 5/5 after 2 s, about ? left"
+  assert (
+    caplog.records[-1].getMessage() == "full seed 0 (+0 more): round 5/5 after 2 s, about ? left"
+  )
 
 
 def test_one_program_at_a_time_on_a_mesh():

@@ -208,8 +208,9 @@ def test_invalid_slots_add_nothing_to_current_counts():
   strategy = selection.make("fedemd", num_selected=3)
   info = _info()
   avail = jnp.asarray([False, True, False, False, False, False])  # 1 client, 3 slots
-  sel, new_state = strategy.select(strategy.init(jax.random.PRNGKey(0), info),
-                                   jax.random.PRNGKey(1), avail, 0, make_ctx(info))
+  sel, new_state = strategy.select(
+    strategy.init(jax.random.PRNGKey(0), info), jax.random.PRNGKey(1), avail, 0, make_ctx(info)
+  )
   assert np.asarray(sel.valid).tolist() == [True, False, False]
   np.testing.assert_array_equal(np.asarray(new_state.current_counts), COUNTS[1])
 
