@@ -33,8 +33,10 @@ score is killed / (total - equivalent).
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
 import os
+import queue
 import shutil
 import subprocess
 import sys
@@ -117,10 +119,20 @@ def worktree(workdir: str, fresh: bool) -> str:
   return workdir
 
 
-def config_text(module: str, tests: list[str], python: str, timeout: float) -> str:
+def config_text(module: str, tests: list[str], python: str, timeout: float,
+                cache_dir: str | None = None) -> str:
+  # A persistent XLA compilation cache shared by the mutants of a file: its key is the
+  # compiled program (HLO), so a mutant that changes what a test traces compiles afresh and
+  # one that does not (input checks, Python-side code) reuses the unmutated programs.
+  # Measured: test_common.py + test_contract.py 33 s without it, 11 s with a warm cache.
+  cache = []
+  if cache_dir:
+    cache = [f"JAX_COMPILATION_CACHE_DIR={cache_dir}",
+             "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0",
+             "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES=0"]
   command = " ".join(
     ["nice", "-n", "19", "env", "JAX_PLATFORMS=cpu", "XLA_PYTHON_CLIENT_PREALLOCATE=false",
-     python, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests]
+     *cache, python, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests]
   )
   excludes = ", ".join(json.dumps(e) for e in EXCLUDE_OPERATORS)
   return (
@@ -178,33 +190,66 @@ def main(argv=None) -> int:
                  help="folder of the cosmic-ray executables")
   p.add_argument("--timeout", type=float, default=600.0, help="seconds per mutant")
   p.add_argument("--report-only", action="store_true", help="summarize existing sessions")
+  p.add_argument("--jobs", type=int, default=1,
+                 help="files mutated side by side, each in its own worktree (default 1)")
+  p.add_argument("--no-compile-cache", action="store_true",
+                 help="compile every mutant's programs afresh (no persistent XLA cache)")
   args = p.parse_args(argv)
+  if args.jobs < 1:
+    p.error(f"--jobs must be >= 1, got {args.jobs}")
   cr = args.cosmic_ray_bin
   if not os.path.exists(os.path.join(cr, "cosmic-ray")):
     p.error("cosmic-ray not found: pip install cosmic-ray==8.7.0 (or give --cosmic-ray-bin)")
-  work = worktree(args.workdir, args.fresh and not args.report_only)
+  fresh = args.fresh and not args.report_only
+  work = worktree(args.workdir, fresh)
   src = os.path.join("fedjax_sel", args.package)
   files = args.files or sorted(
     f for f in os.listdir(os.path.join(work, src)) if f.endswith(".py") and f != "__init__.py"
   )
   out_dir = os.path.join(work, "mutation", args.package)
   os.makedirs(out_dir, exist_ok=True)
+
+  def stem_of(f: str) -> str:
+    return os.path.join(out_dir, f[:-3])
+
+  def mutate(f: str, wt: str) -> None:
+    """One file's cosmic-ray session, run in worktree ``wt`` (its mutants go there)."""
+    module = os.path.join(src, f)
+    tests = TESTS.get(f"{args.package}/{f}", PACKAGE_TESTS[args.package])
+    cfg, session = stem_of(f) + ".toml", stem_of(f) + ".sqlite"
+    cache = None if args.no_compile_cache else os.path.join(wt, ".jax-compile-cache")
+    with open(cfg, "w") as fh:
+      fh.write(config_text(module, tests, args.python, args.timeout, cache))
+    if os.path.exists(session):
+      os.remove(session)
+    start = time.time()
+    run([os.path.join(cr, "cosmic-ray"), "init", cfg, session], wt)
+    run([os.path.join(cr, "cr-filter-operators"), session, cfg], wt)
+    run([os.path.join(cr, "cosmic-ray"), "exec", cfg, session], wt)
+    print(f"{module}: {time.time() - start:.0f} s", flush=True)
+
+  if not args.report_only:
+    # Files side by side: each job owns a worktree (a mutant is written into the source, so
+    # two files mutated in one tree would see each other's mutants) and its compile cache.
+    trees = queue.Queue()
+    for j in range(args.jobs):
+      trees.put(work if j == 0 else worktree(f"{args.workdir}-job{j}", fresh))
+
+    def job(f: str) -> None:
+      wt = trees.get()
+      try:
+        mutate(f, wt)
+      finally:
+        trees.put(wt)
+
+    with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+      for fut in [pool.submit(job, f) for f in files]:
+        fut.result()
   rows = []
   for f in files:
     module = os.path.join(src, f)
-    tests = TESTS.get(f"{args.package}/{f}", PACKAGE_TESTS[args.package])
-    stem = os.path.join(out_dir, f[:-3])
-    cfg, session = stem + ".toml", stem + ".sqlite"
-    if not args.report_only:
-      with open(cfg, "w") as fh:
-        fh.write(config_text(module, tests, args.python, args.timeout))
-      if os.path.exists(session):
-        os.remove(session)
-      start = time.time()
-      run([os.path.join(cr, "cosmic-ray"), "init", cfg, session], work)
-      run([os.path.join(cr, "cr-filter-operators"), session, cfg], work)
-      run([os.path.join(cr, "cosmic-ray"), "exec", cfg, session], work)
-      print(f"{module}: {time.time() - start:.0f} s", flush=True)
+    stem = stem_of(f)
+    session = stem + ".sqlite"
     if not os.path.exists(session):
       continue
     c = counts(session, cr)
