@@ -198,3 +198,39 @@ def test_allocation_with_heavy_client_and_random_clusters():
 def test_make_rejects_unknown_measure():
   with pytest.raises(ValueError, match="measure"):
     selection.make("clustered_similarity", num_selected=3, measure="cosine")
+
+
+def test_distances_hand_values_opposite_rows():
+  """A pair with a non-zero inner product (the L2 form |a|^2 + |b|^2 - 2 a.b uses it):
+  (1, 0) and (-3, 0) are 4 apart in L2 and L1, (1, 0) and (2, 1) are sqrt(2) and 2."""
+  g = jnp.asarray([[1.0, 0.0], [-3.0, 0.0], [2.0, 1.0]])
+  l2 = np.asarray(clustered.representative_distances(g, "L2"))
+  np.testing.assert_allclose(l2, [[0, 4, np.sqrt(2)], [4, 0, np.sqrt(26)], [np.sqrt(2), np.sqrt(26), 0]], rtol=1e-6)
+  l1 = np.asarray(clustered.representative_distances(g, "L1"))
+  np.testing.assert_allclose(l1, [[0, 4, 2], [4, 0, 6], [2, 6, 0]], rtol=1e-6)
+
+
+def test_ward_records_the_root_merge_when_it_fits():
+  """With M = 1 the capacity is the whole mass, so the last (root) merge of Ward's N - 1
+  merges still fits and every client ends in one cluster labelled by the smallest id."""
+  rng = np.random.default_rng(5)
+  dist = np.asarray(representative_distances(jnp.asarray(rng.normal(size=(6, 3)), jnp.float32), "L2"))
+  sizes = jnp.asarray([3, 1, 4, 1, 5, 9])
+  labels = ward_flat_clusters(jnp.asarray(dist), jnp.ones(6, bool), sizes, jnp.sum(sizes))
+  np.testing.assert_array_equal(np.asarray(labels), np.zeros(6))
+
+
+def test_allocation_ranks_clusters_by_decreasing_mass():
+  """Algorithm 2 line 5 by hand: n = (40, 10, 30, 20), four singleton clusters, M = 2, so
+  masses 2 n = (80, 20, 60, 40) on bins of 100. The two heaviest clusters (clients 0 and 2)
+  start the two distributions; the rest fill the free capacity in order of rank: client 3
+  (mass 40) gives 20 to bin 0 and 20 to bin 1, then client 1 (mass 20) goes to bin 1."""
+  r = np.asarray(cluster_distributions(jnp.arange(4), jnp.asarray([40, 10, 30, 20]), 2))
+  np.testing.assert_allclose(r, [[0.8, 0.0, 0.0, 0.2], [0.0, 0.2, 0.6, 0.2]], atol=1e-7)
+
+
+def test_sample_from_distributions_invalid_rows_hold_id_zero():
+  r = jnp.asarray([[0.0, 0.0, 1.0], [0.0, 0.0, 0.0]])
+  idx, valid = clustered.sample_from_distributions(jax.random.PRNGKey(0), r)
+  assert np.asarray(valid).tolist() == [True, False]
+  assert np.asarray(idx).tolist() == [2, 0]

@@ -96,3 +96,74 @@ def test_observe_records_estimates_and_relative_values():
   np.testing.assert_allclose(np.asarray(state.value)[[7, 2]], [sv7, sv2], rtol=1e-5)
   rel = np.asarray(shapley.relative_values(state.value, state.count))
   assert rel[7] == 1.0 and rel[2] == 0.0 and np.all(np.delete(rel, [2, 7]) == 1.0)
+
+
+def test_second_measurement_is_an_ema_with_momentum():
+  """A client measured twice keeps ``momentum * old + (1 - momentum) * new``. The value is
+  the sum of the coalition's averaged parameters, so with updates +1 (client 7) and -1
+  (client 2) on 3 coordinates each order of the two players gives the same marginals: 3 and
+  -3, exact for any sampled permutations. The second round swaps the updates; momentum 0.25
+  weighs old : new as 1 : 3, giving 0.25 * 3 + 0.75 * (-3) = -1.5 for client 7."""
+  info = make_info()
+  ctx = make_ctx(info, t=0)._replace(eval_value=lambda p: jnp.sum(p["w"]))
+  strategy = selection.make(
+    "shapley", num_selected=2, num_permutations=3, truncation_tol=0.0, momentum=0.25
+  )
+  state = strategy.init(jax.random.PRNGKey(0), info)
+  sel = Selection(
+    cohort=jnp.asarray([2, 7]), valid=jnp.asarray([True, True]), weights=jnp.asarray([0.5, 0.5])
+  )
+  observe = jax.jit(lambda s, d: strategy.observe(s, sel, d, jnp.zeros(2), ctx))
+  state = observe(state, {"w": jnp.asarray([[-1.0] * 3, [1.0] * 3])})
+  np.testing.assert_allclose(np.asarray(state.value)[[7, 2]], [3.0, -3.0], rtol=1e-6)
+  state = observe(state, {"w": jnp.asarray([[1.0] * 3, [-1.0] * 3])})
+  np.testing.assert_allclose(np.asarray(state.value)[[7, 2]], [-1.5, 1.5], rtol=1e-6)
+  assert np.asarray(state.count)[[7, 2]].tolist() == [2, 2]
+
+
+def test_relative_values_without_spread_are_one():
+  """One measured value (or all equal): no spread, every client gets relative value 1."""
+  for value, count in (([0.3, 0.0, 0.0], [1, 0, 0]), ([0.3, 0.3, -2.0], [1, 4, 0])):
+    rel = shapley.relative_values(jnp.asarray(value), jnp.asarray(count))
+    np.testing.assert_array_equal(np.asarray(rel), [1.0, 1.0, 1.0])
+  rel = shapley.relative_values(jnp.asarray([0.5, 1.0, 0.0, 2.0]), jnp.asarray([1, 1, 1, 0]))
+  np.testing.assert_allclose(np.asarray(rel), [0.5, 1.0, 0.0, 1.0])
+
+
+def test_make_shapley_defaults_and_ranges():
+  """The documented defaults (10 permutations, tol 0.01, exploration 0.1, momentum 0.5) and
+  the range of each hyperparameter, at its boundary."""
+  import inspect
+
+  defaults = {
+    k: p.default for k, p in inspect.signature(shapley.make_shapley).parameters.items()
+  }
+  assert defaults == {
+    "num_selected": inspect.Parameter.empty,
+    "num_permutations": 10,
+    "truncation_tol": 0.01,
+    "exploration": 0.1,
+    "momentum": 0.5,
+  }
+  assert inspect.signature(shapley.shapley_values).parameters["truncation_tol"].default == 0.0
+  assert selection.make("shapley", num_selected=2, num_permutations=1).num_selected == 2
+  selection.make("shapley", num_selected=2, momentum=0.0, truncation_tol=1.0, exploration=1e-6)
+  bad = [
+    {"num_permutations": 0},
+    {"num_permutations": True},
+    {"num_permutations": 2.5},
+    {"exploration": 0.0},
+    {"exploration": -0.5},
+    {"momentum": 1.0},
+    {"momentum": 1.5},
+    {"momentum": -0.1},
+    {"truncation_tol": 1.5},
+    {"truncation_tol": -0.1},
+  ]
+  for hp in bad:
+    try:
+      selection.make("shapley", num_selected=2, **hp)
+    except ValueError as e:
+      assert next(iter(hp)) in str(e), (hp, e)
+    else:
+      raise AssertionError(f"{hp} was accepted")
