@@ -86,7 +86,8 @@ TESTS = {
   "selection/clustered.py": ["tests/selection/test_clustered.py",
                              "tests/selection/test_contract.py"],
   "selection/shapley.py": ["tests/selection/test_shapley.py", "tests/selection/test_contract.py"],
-  "selection/fedgs.py": ["tests/selection/test_fedgs.py", "tests/selection/test_fedgs_rebuild.py",
+  "selection/fedgs.py": ["tests/selection/test_fedgs_parts.py", "tests/selection/test_fedgs.py",
+                         "tests/selection/test_fedgs_rebuild.py",
                          "tests/selection/test_contract.py"],
 }
 

@@ -233,6 +233,21 @@ def _value(h0, lin, a, cohort, valid):
   return a * pair - jnp.sum(w * lin[cohort])
 
 
+def _start(h0, lin, a, avail, k, num_selected, num_iters, r, rkey):
+  """Restart ``r`` of ``solve``: its start (0: pure greedy; odd: greedy from the available
+  client of largest random priority; even >= 2: the k available clients of largest random
+  priority), then local search; returns (cohort, valid, value up to a constant)."""
+  priority = jax.random.uniform(rkey, avail.shape)
+  first = jnp.where(r % 2 == 1, jnp.argmax(jnp.where(avail, priority, -1.0)), -1)
+  g_cohort, g_valid = _greedy(h0, lin, a, avail, k, num_selected, priority, first)
+  r_cohort, r_valid = _random_subset(avail, k, num_selected, priority)
+  use_random = (r >= 2) & (r % 2 == 0)
+  cohort = jnp.where(use_random, r_cohort, g_cohort)
+  valid = jnp.where(use_random, r_valid, g_valid)
+  cohort = _local_search(h0, lin, a, avail, cohort, valid, num_iters)
+  return cohort, valid, _value(h0, lin, a, cohort, valid)
+
+
 @partial(jax.jit, static_argnames=("num_selected", "num_iters", "num_restarts", "scale"))
 def solve(
   distances: Array,
@@ -282,15 +297,7 @@ def solve(
   keys = jax.random.split(key, num_restarts)
 
   def start(r, rkey):
-    priority = jax.random.uniform(rkey, (n,))
-    first = jnp.where(r % 2 == 1, jnp.argmax(jnp.where(avail, priority, -1.0)), -1)
-    g_cohort, g_valid = _greedy(h0, lin, a, avail, k, num_selected, priority, first)
-    r_cohort, r_valid = _random_subset(avail, k, num_selected, priority)
-    use_random = (r >= 2) & (r % 2 == 0)
-    cohort = jnp.where(use_random, r_cohort, g_cohort)
-    valid = jnp.where(use_random, r_valid, g_valid)
-    cohort = _local_search(h0, lin, a, avail, cohort, valid, num_iters)
-    return cohort, valid, _value(h0, lin, a, cohort, valid)
+    return _start(h0, lin, a, avail, k, num_selected, num_iters, r, rkey)
 
   # lax.map (a scan), not vmap: a batched while_loop recompiles in eager (disable_jit) mode.
   cohorts, valids, values = jax.lax.map(lambda args: start(*args), (jnp.arange(num_restarts), keys))

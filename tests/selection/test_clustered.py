@@ -234,3 +234,14 @@ def test_sample_from_distributions_invalid_rows_hold_id_zero():
   idx, valid = clustered.sample_from_distributions(jax.random.PRNGKey(0), r)
   assert np.asarray(valid).tolist() == [True, False]
   assert np.asarray(idx).tolist() == [2, 0]
+
+
+def test_no_examples_gives_empty_distributions():
+  """No available client holds data: every r is 0 (not NaN) and no slot is valid."""
+  r = cluster_distributions(jnp.arange(4), jnp.zeros(4, jnp.int32), 2)
+  np.testing.assert_array_equal(np.asarray(r), np.zeros((2, 4)))
+  r = similarity_distributions(jnp.ones((4, 3)), jnp.asarray([5, 5, 5, 5]), num_selected=2,
+                               avail=jnp.zeros(4, bool))
+  np.testing.assert_array_equal(np.asarray(r), np.zeros((2, 4)))
+  _, valid = clustered.sample_from_distributions(jax.random.PRNGKey(0), r)
+  assert not np.any(np.asarray(valid))

@@ -1,0 +1,101 @@
+"""FedGS solver parts on hand cases: tie-breaking, the forced first pick, the restart
+schedule, the reference-code pair weight, the similarity of each kind, the defaults."""
+
+from __future__ import annotations
+
+import inspect
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fedjax_sel.selection import fedgs
+from fedjax_sel.similarity.measures import cosine, functional
+
+
+def test_pick_is_argmax_with_ties_broken_by_priority():
+  all_ = jnp.ones(3, bool)
+  assert int(fedgs._pick(jnp.asarray([1.0, 5.0, 3.0]), all_, jnp.asarray([0.9, 0.1, 0.5]))) == 1
+  # 0 and 1 tie at the best score: the larger priority (client 1) wins, client 2 is lower.
+  assert int(fedgs._pick(jnp.asarray([2.0, 2.0, 1.0]), all_, jnp.asarray([0.1, 0.7, 0.9]))) == 1
+  # Non-candidates never win, whatever their score or priority.
+  cand = jnp.asarray([True, False, True])
+  assert int(fedgs._pick(jnp.asarray([1.0, 9.0, 3.0]), cand, jnp.asarray([0.5, 1.0, 0.1]))) == 2
+
+
+def _alpha_zero_case():
+  """alpha = 0: the objective is -2 sum v over the cohort, so greedy takes the least-sampled
+  available clients in increasing count order."""
+  n = 6
+  h0 = jnp.zeros((n, n), jnp.float32)
+  counts = jnp.asarray([5, 0, 3, 1, 4, 2], jnp.float32)
+  avail = jnp.asarray([True, True, True, True, True, False])
+  return h0, 2.0 * counts, jnp.float32(0.0), avail
+
+
+def test_greedy_forced_first_pick_includes_client_zero():
+  h0, lin, a, avail = _alpha_zero_case()
+  priority = jnp.linspace(0.1, 0.6, 6)
+  cohort, valid = fedgs._greedy(h0, lin, a, avail, jnp.int32(3), 4, priority, jnp.int32(-1))
+  assert np.asarray(cohort).tolist() == [1, 3, 2, 0] and np.asarray(valid).tolist() == [True] * 3 + [False]
+  cohort, _ = fedgs._greedy(h0, lin, a, avail, jnp.int32(3), 4, priority, jnp.int32(0))
+  assert np.asarray(cohort)[:3].tolist() == [0, 1, 3]  # client 0 forced, then least sampled
+  cohort, _ = fedgs._greedy(h0, lin, a, avail, jnp.int32(3), 4, priority, jnp.int32(4))
+  assert np.asarray(cohort)[:3].tolist() == [4, 1, 3]
+
+
+def test_restart_schedule_without_local_search():
+  """num_iters = 0 leaves each start as built: restart 0 is pure greedy, odd restarts are
+  greedy from the available client of largest priority, even restarts >= 2 are the k
+  available clients of largest priority (priority = uniform(key of the restart, N))."""
+  h0, lin, a, avail = _alpha_zero_case()
+  k = jnp.int32(2)
+  rkey = jax.random.PRNGKey(6)  # priorities rank 4, 0, ... (client 5 is unavailable)
+  priority = np.asarray(jax.random.uniform(rkey, (6,)))
+  top = int(np.argmax(np.where(np.asarray(avail), priority, -1.0)))
+  by_priority = [int(i) for i in np.argsort(-np.where(np.asarray(avail), priority, -1.0))[:2]]
+  least = [1, 3]  # counts 0 and 1
+  want = {
+    0: least,
+    1: [top] + [c for c in least if c != top][:1],
+    2: by_priority,
+    3: [top] + [c for c in least if c != top][:1],
+    4: by_priority,
+  }
+  assert want == {0: [1, 3], 1: [4, 1], 2: [4, 0], 3: [4, 1], 4: [4, 0]}  # all differ
+  for r, cohort_want in want.items():
+    cohort, valid, value = fedgs._start(h0, lin, a, avail, k, 3, 0, jnp.int32(r), rkey)
+    assert np.asarray(cohort)[:2].tolist() == cohort_want, r
+    assert np.asarray(valid).tolist() == [True, True, False]
+    np.testing.assert_allclose(float(value), -float(np.sum(np.asarray(lin)[cohort_want])))
+
+
+def test_pair_weight_values():
+  assert float(fedgs.pair_weight(2.0, 10, 3, "paper")) == np.float32(0.2)
+  np.testing.assert_allclose(float(fedgs.pair_weight(2.0, 10, 3, "reference_code")), 3.0)  # 2*9/6
+  for k in (0, 1):  # no pair in a cohort of 0 or 1: no diversity term
+    assert float(fedgs.pair_weight(2.0, 10, k, "reference_code")) == 0.0
+
+
+def test_similarity_normalized_to_unit_range():
+  x = jnp.asarray(np.random.default_rng(0).normal(size=(5, 4)), jnp.float32)
+  np.testing.assert_allclose(fedgs._similarity_from(x, "cosine", False), cosine(x), rtol=1e-6)
+  np.testing.assert_allclose(fedgs._similarity_from(x, "functional", False), functional(x), rtol=1e-6)
+  sim = np.asarray(fedgs._similarity_from(x, "cosine", True))
+  raw = np.asarray(cosine(x))
+  off = ~np.eye(5, dtype=bool)  # min-max over the off-diagonal pairs, diagonal 1
+  want = np.where(off, (raw - raw[off].min()) / (raw[off].max() - raw[off].min()), 1.0)
+  np.testing.assert_allclose(sim, want, atol=1e-6)
+
+
+def test_defaults():
+  solve = inspect.signature(fedgs.solve).parameters
+  assert (solve["num_iters"].default, solve["num_restarts"].default, solve["scale"].default) == (
+    100, 4, "paper")
+  make = {k: p.default for k, p in inspect.signature(fedgs.make_fedgs).parameters.items()}
+  assert make == {
+    "num_selected": inspect.Parameter.empty, "alpha": 1.0, "similarity": "oracle",
+    "sigma2": 0.01, "epsilon": 0.1, "num_iters": 100, "num_restarts": 4, "scale": "paper",
+    "normalize": True, "min_seen_fraction": 1.0, "rebuild_every": 0, "oracle_features": None,
+    "kernel": "paper",
+  }
