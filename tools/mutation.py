@@ -38,6 +38,7 @@ import json
 import os
 import queue
 import shutil
+import sqlite3
 import subprocess
 import sys
 import time
@@ -191,6 +192,9 @@ def main(argv=None) -> int:
                  help="folder of the cosmic-ray executables")
   p.add_argument("--timeout", type=float, default=600.0, help="seconds per mutant")
   p.add_argument("--report-only", action="store_true", help="summarize existing sessions")
+  p.add_argument("--rerun-survivors", action="store_true",
+                 help="move the worktrees to HEAD and run again only the survivors of the "
+                 "existing sessions (after adding tests; refused for a source file that changed)")
   p.add_argument("--jobs", type=int, default=1,
                  help="files mutated side by side, each in its own worktree (default 1)")
   p.add_argument("--no-compile-cache", action="store_true",
@@ -221,11 +225,16 @@ def main(argv=None) -> int:
     cache = None if args.no_compile_cache else os.path.join(wt, ".jax-compile-cache")
     with open(cfg, "w") as fh:
       fh.write(config_text(module, tests, args.python, args.timeout, cache))
-    if os.path.exists(session):
-      os.remove(session)
     start = time.time()
-    run([os.path.join(cr, "cosmic-ray"), "init", cfg, session], wt)
-    run([os.path.join(cr, "cr-filter-operators"), session, cfg], wt)
+    if args.rerun_survivors:
+      # A killed mutant stays killed when tests are only added; the survivors run again.
+      with sqlite3.connect(session) as db:
+        db.execute("DELETE FROM work_results WHERE test_outcome = 'survived'")
+    else:
+      if os.path.exists(session):
+        os.remove(session)
+      run([os.path.join(cr, "cosmic-ray"), "init", cfg, session], wt)
+      run([os.path.join(cr, "cr-filter-operators"), session, cfg], wt)
     run([os.path.join(cr, "cosmic-ray"), "exec", cfg, session], wt)
     print(f"{module}: {time.time() - start:.0f} s", flush=True)
 
@@ -235,6 +244,21 @@ def main(argv=None) -> int:
     trees = queue.Queue()
     for j in range(args.jobs):
       trees.put(work if j == 0 else worktree(f"{args.workdir}-job{j}", fresh))
+    if args.rerun_survivors:
+      head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
+                            text=True, check=True).stdout.strip()
+      old = subprocess.run(["git", "rev-parse", "HEAD"], cwd=work, capture_output=True,
+                           text=True, check=True).stdout.strip()
+      for f in files:
+        if not os.path.exists(stem_of(f) + ".sqlite"):
+          p.error(f"--rerun-survivors: no session for {f} in {out_dir}")
+        changed = subprocess.run(["git", "diff", "--quiet", old, head, "--", os.path.join(src, f)],
+                                 cwd=ROOT).returncode
+        if changed:
+          p.error(f"--rerun-survivors: {src}/{f} changed between {old[:8]} and HEAD "
+                  f"{head[:8]}; its mutants moved, run it without --rerun-survivors")
+      for wt in list(trees.queue):
+        run(["git", "checkout", "-q", "--detach", head], wt)
 
     def job(f: str) -> None:
       wt = trees.get()

@@ -72,3 +72,37 @@ def test_rejects_unknown_protocol_options():
     selection.make("power_of_choice", num_selected=3, loss_split="valid")
   with pytest.raises(ValueError, match="weights='uniform'.*fedavg, equal"):
     selection.make("power_of_choice", num_selected=3, weights="uniform")
+
+
+def test_d_validation_and_defaults():
+  """d: an integer >= M (bools, fractions and strings refused), or None; the documented
+  defaults follow Cho et al. (d = every available client, train losses, FedAvg weights)."""
+  import inspect
+
+  defaults = {
+    k: p.default for k, p in inspect.signature(selection.make_power_of_choice).parameters.items()
+  }
+  assert defaults == {
+    "num_selected": inspect.Parameter.empty, "d": None, "loss_split": "train", "weights": "fedavg"
+  }
+  assert selection.make("power_of_choice", num_selected=3, d=3).num_selected == 3
+  assert selection.make("power_of_choice", num_selected=3, d=4.0).num_selected == 3
+  for d in (True, 3.5, "4", 2, [4]):
+    with pytest.raises(ValueError, match="d="):
+      selection.make("power_of_choice", num_selected=3, d=d)
+  for bad in ({"loss_split": 1}, {"weights": None}):
+    with pytest.raises(ValueError, match=next(iter(bad))):
+      selection.make("power_of_choice", num_selected=3, **bad)
+
+
+def test_d_larger_than_the_population_uses_everyone():
+  """d > N: every available client is a candidate, as with d=None (top-M losses)."""
+  info = make_info()
+  ctx = make_ctx(info)
+  avail = jnp.ones(info.num_examples.shape[0], bool)
+  key = jax.random.PRNGKey(2)
+  big = selection.make("power_of_choice", num_selected=3, d=10_000)
+  default = selection.make("power_of_choice", num_selected=3)
+  got = big.select(big.init(key, info), key, avail, jnp.int32(0), ctx)[0]
+  want = default.select(default.init(key, info), key, avail, jnp.int32(0), ctx)[0]
+  assert sorted(np.asarray(got.cohort).tolist()) == sorted(np.asarray(want.cohort).tolist())
