@@ -245,3 +245,20 @@ def test_no_examples_gives_empty_distributions():
   np.testing.assert_array_equal(np.asarray(r), np.zeros((2, 4)))
   _, valid = clustered.sample_from_distributions(jax.random.PRNGKey(0), r)
   assert not np.any(np.asarray(valid))
+
+
+def test_clustered_size_uses_only_the_available_clients_sizes():
+  """Algorithm 1 over the available clients only. Two available clients of 30 and 10
+  examples, M = 4: masses 120 and 40 on bins of 40, so slots 0-2 always draw the first and
+  slot 3 the second; the unavailable clients' sizes (7 each) count for nothing."""
+  info = make_info()
+  n = info.num_examples.shape[0]
+  sizes = jnp.full(n, 7, jnp.int32).at[2].set(30).at[5].set(10)
+  ctx = make_ctx(info)._replace(num_examples=sizes)
+  avail = jnp.zeros(n, bool).at[2].set(True).at[5].set(True)
+  strategy = selection.make("clustered_size", num_selected=4)
+  select = jax.jit(lambda k: strategy.select(strategy.init(k, info), k, avail, 0, ctx)[0])
+  for seed in range(5):
+    sel = select(jax.random.PRNGKey(seed))
+    assert np.asarray(sel.cohort).tolist() == [2, 2, 2, 5]
+    assert np.asarray(sel.valid).all()
