@@ -185,7 +185,7 @@ def group_sizes(groups: Sequence[tuple[int, int]] = CLUSTERED_SAMPLING_GROUPS) -
   """
   try:
     pairs = [(int(c), int(s)) for c, s in groups]
-  except (TypeError, ValueError):
+  except (TypeError, ValueError, OverflowError):  # int(inf) overflows
     raise ValueError(
       f"groups={groups!r} must be a sequence of (num_clients, size) integer pairs"
     ) from None

@@ -28,7 +28,7 @@ def check_num_selected(num_selected) -> int:
   """Validates ``num_selected`` (M) at ``make`` time and returns it as a Python int."""
   try:
     ok = not isinstance(num_selected, bool) and int(num_selected) == num_selected
-  except (TypeError, ValueError):
+  except (TypeError, ValueError, OverflowError):  # int(inf) overflows
     ok = False
   if not ok:
     raise ValueError(f"num_selected={num_selected!r} must be a positive integer")

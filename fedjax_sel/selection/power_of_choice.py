@@ -62,7 +62,7 @@ def make_power_of_choice(
   if d is not None:
     try:
       ok = not isinstance(d, bool) and int(d) == d
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # int(inf) overflows
       ok = False
     if not ok or d < num_selected:
       raise ValueError(f"d={d!r} must be an integer >= num_selected={num_selected}, or None")

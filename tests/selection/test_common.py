@@ -84,14 +84,14 @@ def test_fedavg_and_equal_weights_hand_case():
 def test_check_num_selected_accepts_one_and_rejects_non_integers():
   assert common.check_num_selected(1) == 1
   assert common.check_num_selected(np.int64(3)) == 3
-  for bad in (0, True, 2.5, "3", None):
-    with pytest.raises(ValueError, match="num_selected"):
+  for bad in (0, True, 2.5, "3", None, float("inf"), float("nan"), "abc", [2]):
+    with pytest.raises(ValueError, match="num_selected=.* (must be a positive integer|out of range)"):
       common.check_num_selected(bad)
 
 
 def test_power_of_choice_d_bounds():
   assert selection.make("power_of_choice", num_selected=3, d=3).num_selected == 3  # d = M ok
-  for bad in (2, True, 3.5):
+  for bad in (2, True, 3.5, float("inf"), float("nan"), "x"):
     with pytest.raises(ValueError, match="d="):
       selection.make("power_of_choice", num_selected=3, d=bad)
 
@@ -115,3 +115,25 @@ def test_categorical_with_probability_weights_and_clamped_negatives():
 def test_fedavg_weights_one_client_with_one_example():
   w = common.fedavg_weights(jnp.asarray([1, 5]), jnp.asarray([0, 1]), jnp.asarray([True, False]))
   np.testing.assert_array_equal(np.asarray(w), [1.0, 0.0])
+
+
+def test_ares_keys_of_masked_out_items_are_minus_infinity():
+  keys = common.ares_log_keys(
+    jax.random.PRNGKey(0), jnp.asarray([1.0, 0.0, 2.0, 3.0]), jnp.asarray([True, True, False, True])
+  )
+  keys = np.asarray(keys)
+  assert keys[2] == -np.inf and np.all(np.isfinite(keys[[0, 1, 3]]))
+  assert keys[1] < min(keys[0], keys[3])  # a zero weight ranks below every positive weight
+
+
+def test_categorical_with_an_empty_mask_has_invalid_slots_holding_zero():
+  idx, valid = common.categorical_with_replacement(
+    jax.random.PRNGKey(0), jnp.ones(3), jnp.zeros(3, bool), 4
+  )
+  assert not np.any(np.asarray(valid)) and np.asarray(idx).tolist() == [0, 0, 0, 0]
+
+
+def test_fedavg_weights_with_fractional_sizes():
+  """Sizes need not be integers (e.g. importance-scaled): 0.25 and 0.5 give 1/3 and 2/3."""
+  w = common.fedavg_weights(jnp.asarray([0.25, 0.5]), jnp.asarray([0, 1]), jnp.ones(2, bool))
+  np.testing.assert_allclose(np.asarray(w), [1 / 3, 2 / 3], rtol=1e-6)
