@@ -9,8 +9,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+import fedjax_sel.selection as selection
 from fedjax_sel.selection import fedgs
 from fedjax_sel.similarity.measures import cosine, functional
+from tests.selection.conftest import make_info
 
 
 def test_pick_is_argmax_with_ties_broken_by_priority():
@@ -99,3 +101,38 @@ def test_defaults():
     "normalize": True, "min_seen_fraction": 1.0, "rebuild_every": 0, "oracle_features": None,
     "kernel": "paper",
   }
+
+
+def test_greedy_gain_counts_each_pair_twice():
+  """The greedy gain of adding j is 2 a h_j - 2 v_j (s^T H s counts a pair twice). First
+  pick forced to 0; H[0, 1] = 1, H[0, 2] = 0, 2 v = (0, 1.5, 0), a = 1: client 1 gains
+  2 - 1.5 = 0.5 > 0 = client 2's gain (with a gain of a h_j - 2 v_j client 2 would win)."""
+  h0 = jnp.asarray([[0.0, 1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
+  lin = jnp.asarray([0.0, 1.5, 0.0])
+  cohort, _ = fedgs._greedy(h0, lin, jnp.float32(1.0), jnp.ones(3, bool), jnp.int32(2), 2,
+                            jnp.zeros(3), jnp.int32(0))
+  assert np.asarray(cohort).tolist() == [0, 1]
+
+
+def test_local_search_budget_counts_swaps():
+  """alpha = 0, counts (9, 8, 0, 1): from the cohort {0, 1} each improving swap replaces the
+  most-sampled member by the least-sampled outsider; num_iters caps the swaps at 1 or 2."""
+  h0 = jnp.zeros((4, 4))
+  lin = 2.0 * jnp.asarray([9.0, 8.0, 0.0, 1.0])
+  start = jnp.asarray([0, 1], jnp.int32)
+  valid = jnp.ones(2, bool)
+  run = lambda iters: sorted(np.asarray(
+    fedgs._local_search(h0, lin, jnp.float32(0.0), jnp.ones(4, bool), start, valid, iters)
+  ).tolist())
+  assert run(0) == [0, 1]
+  assert run(1) == [1, 2]  # 0 (count 9) out, 2 (count 0) in
+  assert run(2) == [2, 3]
+  assert run(5) == [2, 3]  # no improving swap left
+
+
+def test_oracle_graph_is_ready_at_init():
+  info = make_info()
+  state = selection.make("fedgs", num_selected=3).init(jax.random.PRNGKey(0), info)
+  assert bool(state.graph_ready) and int(state.rounds_since_build) == 0
+  state = selection.make("fedgs", num_selected=3, similarity="cosine").init(jax.random.PRNGKey(0), info)
+  assert not bool(state.graph_ready)
