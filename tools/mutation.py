@@ -129,6 +129,11 @@ def worktree(workdir: str, fresh: bool) -> str:
   return workdir
 
 
+def git_head(tree: str) -> str:
+  return subprocess.run(["git", "rev-parse", "HEAD"], cwd=tree, capture_output=True, text=True,
+                        check=True).stdout.strip()
+
+
 def config_text(module: str, tests: list[str], python: str, timeout: float,
                 cache_dir: str | None = None, keyword: str | None = None) -> str:
   # A persistent XLA compilation cache shared by the mutants of a file: its key is the
@@ -245,6 +250,8 @@ def main(argv=None) -> int:
         os.remove(session)
       run([os.path.join(cr, "cosmic-ray"), "init", cfg, session], wt)
       run([os.path.join(cr, "cr-filter-operators"), session, cfg], wt)
+      with open(stem_of(f) + ".commit", "w") as fh:  # the source the mutants were made from
+        fh.write(git_head(wt) + "\n")
     run([os.path.join(cr, "cosmic-ray"), "exec", cfg, session], wt)
     print(f"{module}: {time.time() - start:.0f} s", flush=True)
 
@@ -255,13 +262,12 @@ def main(argv=None) -> int:
     for j in range(args.jobs):
       trees.put(work if j == 0 else worktree(f"{args.workdir}-job{j}", fresh))
     if args.rerun_survivors:
-      head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
-                            text=True, check=True).stdout.strip()
-      old = subprocess.run(["git", "rev-parse", "HEAD"], cwd=work, capture_output=True,
-                           text=True, check=True).stdout.strip()
+      head = git_head(ROOT)
       for f in files:
         if not os.path.exists(stem_of(f) + ".sqlite"):
           p.error(f"--rerun-survivors: no session for {f} in {out_dir}")
+        with open(stem_of(f) + ".commit") as fh:
+          old = fh.read().strip()
         changed = subprocess.run(["git", "diff", "--quiet", old, head, "--", os.path.join(src, f)],
                                  cwd=ROOT).returncode
         if changed:
