@@ -244,7 +244,7 @@ def main(argv=None) -> int:
     if args.rerun_survivors:
       # A killed mutant stays killed when tests are only added; the survivors run again.
       with sqlite3.connect(session) as db:
-        db.execute("DELETE FROM work_results WHERE test_outcome = 'survived'")
+        db.execute("DELETE FROM work_results WHERE test_outcome = 'SURVIVED'")
     else:
       if os.path.exists(session):
         os.remove(session)
