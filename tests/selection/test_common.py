@@ -137,3 +137,24 @@ def test_fedavg_weights_with_fractional_sizes():
   """Sizes need not be integers (e.g. importance-scaled): 0.25 and 0.5 give 1/3 and 2/3."""
   w = common.fedavg_weights(jnp.asarray([0.25, 0.5]), jnp.asarray([0, 1]), jnp.ones(2, bool))
   np.testing.assert_allclose(np.asarray(w), [1 / 3, 2 / 3], rtol=1e-6)
+
+
+def test_zero_weight_items_fill_slots_uniformly_at_random():
+  """Items with weight 0 sit below every positive weight but keep their random Gumbel
+  noise, so among themselves the fill order is uniform: 4000 single picks from four
+  zero-weight items give each about 1000 (5 sigma = 137)."""
+  keys = jax.random.split(jax.random.PRNGKey(3), 4000)
+  first = jax.vmap(
+    lambda k: common.weighted_sample_without_replacement(k, jnp.zeros(4), jnp.ones(4, bool), 1)[0][0]
+  )(keys)
+  counts = np.bincount(np.asarray(first), minlength=4)
+  assert np.all(np.abs(counts - 1000) < 137), counts
+
+
+def test_categorical_with_all_zero_weights_is_uniform_over_the_mask():
+  idx, valid = common.categorical_with_replacement(
+    jax.random.PRNGKey(4), jnp.zeros(3), jnp.asarray([False, True, True]), 4000
+  )
+  counts = np.bincount(np.asarray(idx), minlength=3)
+  assert np.asarray(valid).all() and counts[0] == 0
+  assert abs(counts[1] - 2000) < 160, counts  # 5 sigma
