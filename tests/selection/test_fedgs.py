@@ -227,6 +227,11 @@ def test_oracle_distances_match_3dg_of_label_distributions():
     ({"num_restarts": 0}, "num_restarts"),
     ({"scale": "other"}, "scale"),
     ({"min_seen_fraction": 0.0}, "min_seen_fraction"),
+    ({"min_seen_fraction": 1.5}, "min_seen_fraction"),
+    ({"num_iters": -1}, "num_iters"),
+    ({"rebuild_every": -1}, "rebuild_every"),
+    ({"epsilon": -0.1}, "epsilon"),
+    ({"kernel": "gauss"}, "kernel"),
   ],
 )
 def test_make_validates_hparams(hparams, match):

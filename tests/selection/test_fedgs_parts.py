@@ -12,7 +12,7 @@ import numpy as np
 import fedjax_sel.selection as selection
 from fedjax_sel.selection import fedgs
 from fedjax_sel.similarity.measures import cosine, functional
-from tests.selection.conftest import make_info
+from tests.selection.conftest import make_ctx, make_info
 
 
 def test_pick_is_argmax_with_ties_broken_by_priority():
@@ -20,6 +20,8 @@ def test_pick_is_argmax_with_ties_broken_by_priority():
   assert int(fedgs._pick(jnp.asarray([1.0, 5.0, 3.0]), all_, jnp.asarray([0.9, 0.1, 0.5]))) == 1
   # 0 and 1 tie at the best score: the larger priority (client 1) wins, client 2 is lower.
   assert int(fedgs._pick(jnp.asarray([2.0, 2.0, 1.0]), all_, jnp.asarray([0.1, 0.7, 0.9]))) == 1
+  # Scores within the tolerance 1e-6 (1 + |best|) of the best tie, also around 0.
+  assert int(fedgs._pick(jnp.asarray([0.0, 1e-9, -1.0]), all_, jnp.asarray([0.9, 0.1, 1.0]))) == 0
   # Non-candidates never win, whatever their score or priority.
   cand = jnp.asarray([True, False, True])
   assert int(fedgs._pick(jnp.asarray([1.0, 9.0, 3.0]), cand, jnp.asarray([0.5, 1.0, 0.1]))) == 2
@@ -75,6 +77,7 @@ def test_restart_schedule_without_local_search():
 def test_pair_weight_values():
   assert float(fedgs.pair_weight(2.0, 10, 3, "paper")) == np.float32(0.2)
   np.testing.assert_allclose(float(fedgs.pair_weight(2.0, 10, 3, "reference_code")), 3.0)  # 2*9/6
+  np.testing.assert_allclose(float(fedgs.pair_weight(2.0, 10, 2, "reference_code")), 9.0)  # 2*9/2
   for k in (0, 1):  # no pair in a cohort of 0 or 1: no diversity term
     assert float(fedgs.pair_weight(2.0, 10, k, "reference_code")) == 0.0
 
@@ -136,3 +139,25 @@ def test_oracle_graph_is_ready_at_init():
   assert bool(state.graph_ready) and int(state.rounds_since_build) == 0
   state = selection.make("fedgs", num_selected=3, similarity="cosine").init(jax.random.PRNGKey(0), info)
   assert not bool(state.graph_ready)
+
+
+def test_local_search_ignores_improvements_below_its_tolerance():
+  """A swap must improve the objective by more than 1e-6 (1 + 2 |a| |S|): with alpha = 0 a
+  gain of 2e-7 is not taken, a gain of 2e-5 is."""
+  h0 = jnp.zeros((2, 2))
+  start = jnp.asarray([0], jnp.int32)
+  for gain, want in ((2e-7, 0), (2e-5, 1)):
+    lin = jnp.asarray([gain, 0.0])
+    out = fedgs._local_search(h0, lin, jnp.float32(0.0), jnp.ones(2, bool), start, jnp.ones(1, bool), 10)
+    assert int(out[0]) == want, gain
+
+
+def test_aggregation_weights_with_fractional_sizes():
+  """Eq. 18 weights n_k / sum over the cohort, also for sizes below one example."""
+  info = make_info()
+  n = info.num_examples.shape[0]
+  ctx = make_ctx(info)._replace(num_examples=jnp.full(n, 0.25, jnp.float32))
+  strategy = selection.make("fedgs", num_selected=3)
+  key = jax.random.PRNGKey(0)
+  sel, _ = strategy.select(strategy.init(key, info), key, jnp.ones(n, bool), 0, ctx)
+  np.testing.assert_allclose(np.asarray(sel.weights), [1 / 3] * 3, rtol=1e-6)
