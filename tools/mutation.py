@@ -98,6 +98,10 @@ TESTS = {
 KEYWORDS = {
   f"selection/{name}.py": f"not test_contract or {name}"
   for name in ("clustered", "shapley", "fedgs", "fedemd", "power_of_choice", "md", "full")
+} | {
+  f"aggregation/{name}.py": f"not test_aggregation_contract or {name}"
+  for name in ("dropout", "fdms", "fedar", "fedavg", "fedavg_is", "fedvarp", "full", "mifa",
+               "stale")
 }
 
 KEEP_BINARY = (
