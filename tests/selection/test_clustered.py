@@ -262,3 +262,32 @@ def test_clustered_size_uses_only_the_available_clients_sizes():
     sel = select(jax.random.PRNGKey(seed))
     assert np.asarray(sel.cohort).tolist() == [2, 2, 2, 5]
     assert np.asarray(sel.valid).all()
+
+
+def test_distances_of_equal_and_opposite_rows_survive_rounding():
+  """Equal rows are at distance ~0 and opposite rows at angle ~pi, with no NaN: float32
+  rounding puts some cosines just outside [-1, 1] and some |a|^2 + |b|^2 - 2 a.b just
+  below 0 (40 random rows, each repeated and negated, hit both)."""
+  g = np.random.default_rng(0).normal(size=(40, 5)).astype(np.float32)
+  rows = jnp.asarray(np.concatenate([g, g, -g]))
+  i = np.arange(40)
+  arccos = np.asarray(representative_distances(rows, "arccos"))
+  assert np.all(np.isfinite(arccos))
+  assert np.all(arccos[i, i + 40] < 1e-3) and np.all(arccos[i, i + 80] > np.pi - 1e-3)
+  l2 = np.asarray(representative_distances(rows, "L2"))
+  assert np.all(np.isfinite(l2)) and np.all(l2[i, i + 40] < 1e-2)
+
+
+def test_clustered_similarity_asks_for_updates():
+  assert selection.make("clustered_similarity", num_selected=2).uses_updates
+  assert not selection.make("clustered_size", num_selected=2).uses_updates
+
+
+def test_distributions_with_one_example_in_total():
+  """n_total = 1 (one client with one example): it fills every bin, r = 1 in each row;
+  with no example at all every r is 0 (Algorithm 1 and 2)."""
+  np.testing.assert_allclose(np.asarray(size_distributions(jnp.asarray([0, 1, 0]), 2)),
+                             [[0, 1, 0], [0, 1, 0]])
+  np.testing.assert_array_equal(np.asarray(size_distributions(jnp.zeros(3, jnp.int32), 2)), 0.0)
+  r = cluster_distributions(jnp.arange(3), jnp.asarray([0, 1, 0]), 2)
+  np.testing.assert_allclose(np.asarray(r), [[0, 1, 0], [0, 1, 0]])
