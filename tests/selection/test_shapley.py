@@ -167,3 +167,32 @@ def test_make_shapley_defaults_and_ranges():
       assert next(iter(hp)) in str(e), (hp, e)
     else:
       raise AssertionError(f"{hp} was accepted")
+
+
+def test_truncation_is_relative_to_the_full_value():
+  """The truncation threshold is tol * |v(all)|: the game of test_truncation_skips_the_tail
+  scaled by 10 (v(all) = 10.2, threshold 0.51 > |10.2 - 10|) truncates exactly as before."""
+  value_fn = lambda mask: 10.0 * (jnp.where(mask[0], 1.0, 0.0) + 0.01 * jnp.sum(mask[1:]))
+  key = jax.random.PRNGKey(3)
+  truncated = shapley.shapley_values(key, value_fn, jnp.ones(3, bool), 600, truncation_tol=0.05)
+  ratio = np.asarray(truncated)[1:] / 0.1
+  assert np.all(np.abs(ratio - 1 / 2) < 0.08)
+
+
+def test_exploration_keeps_the_lowest_value_client_in_play():
+  """Sampling weights are relative value + exploration: with two available clients of
+  relative values 0 and 1 and exploration 0.1, the low one is drawn with probability
+  0.1 / 1.2 = 1/12 (2400 draws: 200, 5 sigma = 68)."""
+  info = make_info()
+  n = info.num_examples.shape[0]
+  strategy = selection.make("shapley", num_selected=1, exploration=0.1)
+  state = strategy.init(jax.random.PRNGKey(0), info)
+  state = state._replace(value=state.value.at[0].set(-1.0).at[1].set(2.0),
+                         count=state.count.at[0].set(1).at[1].set(1))
+  avail = jnp.zeros(n, bool).at[0].set(True).at[1].set(True)
+  ctx = make_ctx(info)
+  first = jax.vmap(lambda k: strategy.select(state, k, avail, 0, ctx)[0].cohort[0])(
+    jax.random.split(jax.random.PRNGKey(1), 2400)
+  )
+  low = int(np.sum(np.asarray(first) == 0))
+  assert abs(low - 200) < 68, low
