@@ -57,40 +57,65 @@ PACKAGE_TESTS = {
 }
 # Narrower lists for single modules (a file not listed runs its package's tests).
 TESTS = {
-  "availability/yc.py": ["tests/availability/test_round_boundaries.py",
-                         "tests/availability/test_availability_fedgs.py"],
-  "availability/sln.py": ["tests/availability/test_round_boundaries.py",
-                          "tests/availability/test_sln_reference_code.py",
-                          "tests/availability/test_availability_fedgs.py"],
-  "availability/ymf.py": ["tests/availability/test_round_boundaries.py",
-                          "tests/availability/test_availability_fedgs.py"],
-  "availability/ldf.py": ["tests/availability/test_round_boundaries.py",
-                          "tests/availability/test_availability_fedgs.py"],
-  "availability/mdf.py": ["tests/availability/test_round_boundaries.py",
-                          "tests/availability/test_availability_fedgs.py"],
-  "availability/trace.py": ["tests/availability/test_round_boundaries.py",
-                            "tests/availability/test_availability_cluster_trace.py"],
+  "availability/yc.py": [
+    "tests/availability/test_round_boundaries.py",
+    "tests/availability/test_availability_fedgs.py",
+  ],
+  "availability/sln.py": [
+    "tests/availability/test_round_boundaries.py",
+    "tests/availability/test_sln_reference_code.py",
+    "tests/availability/test_availability_fedgs.py",
+  ],
+  "availability/ymf.py": [
+    "tests/availability/test_round_boundaries.py",
+    "tests/availability/test_availability_fedgs.py",
+  ],
+  "availability/ldf.py": [
+    "tests/availability/test_round_boundaries.py",
+    "tests/availability/test_availability_fedgs.py",
+  ],
+  "availability/mdf.py": [
+    "tests/availability/test_round_boundaries.py",
+    "tests/availability/test_availability_fedgs.py",
+  ],
+  "availability/trace.py": [
+    "tests/availability/test_round_boundaries.py",
+    "tests/availability/test_availability_cluster_trace.py",
+  ],
   "core/evaluation.py": ["tests/core/test_metric_values.py"],
-  "aggregation/fedar.py": ["tests/aggregation/test_reference_aggregators.py",
-                           "tests/aggregation/test_aggregation_fedar.py",
-                           "tests/aggregation/test_aggregation_contract.py"],
-  "aggregation/mifa.py": ["tests/aggregation/test_reference_aggregators.py",
-                          "tests/aggregation/test_mifa.py",
-                          "tests/aggregation/test_aggregation_contract.py"],
+  "aggregation/fedar.py": [
+    "tests/aggregation/test_reference_aggregators.py",
+    "tests/aggregation/test_aggregation_fedar.py",
+    "tests/aggregation/test_aggregation_contract.py",
+  ],
+  "aggregation/mifa.py": [
+    "tests/aggregation/test_reference_aggregators.py",
+    "tests/aggregation/test_mifa.py",
+    "tests/aggregation/test_aggregation_contract.py",
+  ],
   "selection/uniform.py": ["tests/selection/test_contract.py", "tests/selection/test_common.py"],
   "selection/full.py": ["tests/selection/test_contract.py", "tests/selection/test_common.py"],
   "selection/md.py": ["tests/selection/test_contract.py", "tests/selection/test_common.py"],
-  "selection/fedemd.py": ["tests/selection/test_selection_fedemd.py",
-                          "tests/selection/test_contract.py"],
+  "selection/fedemd.py": [
+    "tests/selection/test_selection_fedemd.py",
+    "tests/selection/test_contract.py",
+  ],
   "selection/common.py": ["tests/selection/test_common.py", "tests/selection/test_contract.py"],
-  "selection/power_of_choice.py": ["tests/selection/test_power_of_choice.py",
-                                   "tests/selection/test_contract.py"],
-  "selection/clustered.py": ["tests/selection/test_clustered.py",
-                             "tests/selection/test_contract.py"],
+  "selection/power_of_choice.py": [
+    "tests/selection/test_power_of_choice.py",
+    "tests/selection/test_contract.py",
+  ],
+  "selection/clustered.py": [
+    "tests/selection/test_clustered.py",
+    "tests/selection/test_contract.py",
+  ],
   "selection/shapley.py": ["tests/selection/test_shapley.py", "tests/selection/test_contract.py"],
-  "selection/fedgs.py": ["tests/selection/test_fedgs_parts.py", "tests/selection/test_fedgs.py",
-                         "tests/selection/test_fedgs_rebuild.py",
-                         "tests/selection/test_contract.py"],
+  "selection/fedgs.py": [
+    "tests/selection/test_fedgs_parts.py",
+    "tests/selection/test_fedgs.py",
+    "tests/selection/test_fedgs_rebuild.py",
+    "tests/selection/test_contract.py",
+  ],
 }
 
 # ``-k`` expressions: the shared contract tests run every strategy; a strategy's own module
@@ -100,15 +125,26 @@ KEYWORDS = {
   for name in ("clustered", "shapley", "fedgs", "fedemd", "power_of_choice", "md", "full")
 } | {
   f"aggregation/{name}.py": f"not test_aggregation_contract or {name}"
-  for name in ("dropout", "fdms", "fedar", "fedavg", "fedavg_is", "fedvarp", "full", "mifa",
-               "stale")
+  for name in (
+    "dropout",
+    "fdms",
+    "fedar",
+    "fedavg",
+    "fedavg_is",
+    "fedvarp",
+    "full",
+    "mifa",
+    "stale",
+  )
 }
 
 KEEP_BINARY = (
   "Add_Sub|Sub_Add|Mul_Div|Div_Mul|FloorDiv_Div|Mod_FloorDiv|Pow_Mul|"
   "BitAnd_BitOr|BitOr_BitAnd|BitXor_BitAnd|LShift_RShift|RShift_LShift"
 )
-KEEP_COMPARISON = "Lt_LtE|LtE_Lt|Gt_GtE|GtE_Gt|Eq_NotEq|NotEq_Eq|Is_IsNot|IsNot_Is|In_NotIn|NotIn_In"
+KEEP_COMPARISON = (
+  "Lt_LtE|LtE_Lt|Gt_GtE|GtE_Gt|Eq_NotEq|NotEq_Eq|Is_IsNot|IsNot_Is|In_NotIn|NotIn_In"
+)
 KEEP_UNARY = "USub_UAdd|Delete_Not|Delete_Invert|Delete_USub"
 EXCLUDE_OPERATORS = [
   f"core/ReplaceBinaryOperator_(?!({KEEP_BINARY})$)",
@@ -134,24 +170,48 @@ def worktree(workdir: str, fresh: bool) -> str:
 
 
 def git_head(tree: str) -> str:
-  return subprocess.run(["git", "rev-parse", "HEAD"], cwd=tree, capture_output=True, text=True,
-                        check=True).stdout.strip()
+  return subprocess.run(
+    ["git", "rev-parse", "HEAD"], cwd=tree, capture_output=True, text=True, check=True
+  ).stdout.strip()
 
 
-def config_text(module: str, tests: list[str], python: str, timeout: float,
-                cache_dir: str | None = None, keyword: str | None = None) -> str:
+def config_text(
+  module: str,
+  tests: list[str],
+  python: str,
+  timeout: float,
+  cache_dir: str | None = None,
+  keyword: str | None = None,
+) -> str:
   # A persistent XLA compilation cache shared by the mutants of a file: its key is the
   # compiled program (HLO), so a mutant that changes what a test traces compiles afresh and
   # one that does not (input checks, Python-side code) reuses the unmutated programs.
   # Measured: test_common.py + test_contract.py 33 s without it, 11 s with a warm cache.
   cache = []
   if cache_dir:
-    cache = [f"JAX_COMPILATION_CACHE_DIR={cache_dir}",
-             "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0",
-             "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES=0"]
+    cache = [
+      f"JAX_COMPILATION_CACHE_DIR={cache_dir}",
+      "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0",
+      "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES=0",
+    ]
   command = " ".join(
-    ["nice", "-n", "19", "env", "JAX_PLATFORMS=cpu", "XLA_PYTHON_CLIENT_PREALLOCATE=false",
-     *cache, python, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests]
+    [
+      "nice",
+      "-n",
+      "19",
+      "env",
+      "JAX_PLATFORMS=cpu",
+      "XLA_PYTHON_CLIENT_PREALLOCATE=false",
+      *cache,
+      python,
+      "-m",
+      "pytest",
+      "-x",
+      "-q",
+      "-p",
+      "no:cacheprovider",
+      *tests,
+    ]
     + (["-k", shlex.quote(keyword)] if keyword else [])
   )
   excludes = ", ".join(json.dumps(e) for e in EXCLUDE_OPERATORS)
@@ -170,10 +230,22 @@ def config_text(module: str, tests: list[str], python: str, timeout: float,
 
 def counts(session: str, cr_bin: str) -> dict:
   """killed / survived / incompetent / pending from ``cosmic-ray dump``."""
-  out = subprocess.run([os.path.join(cr_bin, "cosmic-ray"), "dump", session],
-                       capture_output=True, text=True, check=True).stdout
-  c = {"total": 0, "killed": 0, "survived": 0, "timeout": 0, "other": 0, "pending": 0,
-       "skipped": 0, "survivors": []}
+  out = subprocess.run(
+    [os.path.join(cr_bin, "cosmic-ray"), "dump", session],
+    capture_output=True,
+    text=True,
+    check=True,
+  ).stdout
+  c = {
+    "total": 0,
+    "killed": 0,
+    "survived": 0,
+    "timeout": 0,
+    "other": 0,
+    "pending": 0,
+    "skipped": 0,
+    "survivors": [],
+  }
   for line in out.splitlines():
     item, result = json.loads(line)
     if result is None:
@@ -206,17 +278,30 @@ def main(argv=None) -> int:
   p.add_argument("--workdir", default="/tmp/fedjax_sel-mutation")
   p.add_argument("--fresh", action="store_true", help="recreate the worktree from HEAD")
   p.add_argument("--python", default=os.path.join(ROOT, ".venv-test", "bin", "python"))
-  p.add_argument("--cosmic-ray-bin", default=os.path.dirname(shutil.which("cosmic-ray") or ""),
-                 help="folder of the cosmic-ray executables")
+  p.add_argument(
+    "--cosmic-ray-bin",
+    default=os.path.dirname(shutil.which("cosmic-ray") or ""),
+    help="folder of the cosmic-ray executables",
+  )
   p.add_argument("--timeout", type=float, default=600.0, help="seconds per mutant")
   p.add_argument("--report-only", action="store_true", help="summarize existing sessions")
-  p.add_argument("--rerun-survivors", action="store_true",
-                 help="move the worktrees to HEAD and run again only the survivors of the "
-                 "existing sessions (after adding tests; refused for a source file that changed)")
-  p.add_argument("--jobs", type=int, default=1,
-                 help="files mutated side by side, each in its own worktree (default 1)")
-  p.add_argument("--no-compile-cache", action="store_true",
-                 help="compile every mutant's programs afresh (no persistent XLA cache)")
+  p.add_argument(
+    "--rerun-survivors",
+    action="store_true",
+    help="move the worktrees to HEAD and run again only the survivors of the "
+    "existing sessions (after adding tests; refused for a source file that changed)",
+  )
+  p.add_argument(
+    "--jobs",
+    type=int,
+    default=1,
+    help="files mutated side by side, each in its own worktree (default 1)",
+  )
+  p.add_argument(
+    "--no-compile-cache",
+    action="store_true",
+    help="compile every mutant's programs afresh (no persistent XLA cache)",
+  )
   args = p.parse_args(argv)
   if args.jobs < 1:
     p.error(f"--jobs must be >= 1, got {args.jobs}")
@@ -242,8 +327,11 @@ def main(argv=None) -> int:
     cfg, session = stem_of(f) + ".toml", stem_of(f) + ".sqlite"
     cache = None if args.no_compile_cache else os.path.join(wt, ".jax-compile-cache")
     with open(cfg, "w") as fh:
-      fh.write(config_text(module, tests, args.python, args.timeout, cache,
-                           KEYWORDS.get(f"{args.package}/{f}")))
+      fh.write(
+        config_text(
+          module, tests, args.python, args.timeout, cache, KEYWORDS.get(f"{args.package}/{f}")
+        )
+      )
     start = time.time()
     if args.rerun_survivors:
       # A killed mutant stays killed when tests are only added; the survivors run again.
@@ -272,11 +360,14 @@ def main(argv=None) -> int:
           p.error(f"--rerun-survivors: no session for {f} in {out_dir}")
         with open(stem_of(f) + ".commit") as fh:
           old = fh.read().strip()
-        changed = subprocess.run(["git", "diff", "--quiet", old, head, "--", os.path.join(src, f)],
-                                 cwd=ROOT).returncode
+        changed = subprocess.run(
+          ["git", "diff", "--quiet", old, head, "--", os.path.join(src, f)], cwd=ROOT
+        ).returncode
         if changed:
-          p.error(f"--rerun-survivors: {src}/{f} changed between {old[:8]} and HEAD "
-                  f"{head[:8]}; its mutants moved, run it without --rerun-survivors")
+          p.error(
+            f"--rerun-survivors: {src}/{f} changed between {old[:8]} and HEAD "
+            f"{head[:8]}; its mutants moved, run it without --rerun-survivors"
+          )
       for wt in list(trees.queue):
         run(["git", "checkout", "-q", "--detach", head], wt)
 
@@ -307,11 +398,13 @@ def main(argv=None) -> int:
   for module, c in rows:
     score = c["killed"] / c["total"] if c["total"] else float("nan")
     tk, tt = tk + c["killed"], tt + c["total"]
-    print(f"| {module} | {c['total']} | {c['killed']} | {c['survived']} | {c['timeout']} | "
-          f"{c['other']} | {100 * score:.0f} % |")
+    print(
+      f"| {module} | {c['total']} | {c['killed']} | {c['survived']} | {c['timeout']} | "
+      f"{c['other']} | {100 * score:.0f} % |"
+    )
   if tt:
     print(f"| all | {tt} | {tk} | {tt - tk} | | | {100 * tk / tt:.0f} % |")
-  for module, c in rows:
+  for _, c in rows:
     for s in c["survivors"]:
       print("survived:", s)
   return 0

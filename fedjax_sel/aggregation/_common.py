@@ -108,3 +108,18 @@ def safe_divide(numerator: Array, denominator: Array) -> Array:
   """numerator / denominator, or 0 where the denominator is 0."""
   positive = denominator > 0
   return jnp.where(positive, numerator / jnp.where(positive, denominator, 1.0), 0.0)
+
+
+def received_average(
+  deltas: PyTree, selection: Selection, avail: Array, aux: AggregationAux, weighting: str
+) -> PyTree:
+  """The weighted mean of the updates that arrived (Dropout and Full, FL-FDMS Eq. 4).
+
+  Weights are ``client_weights`` of each slot's client, 0 for slots not received, and
+  renormalized to sum to 1 over the received slots (all 0 if none arrived).
+  """
+  received = received_mask(deltas, selection, avail, aux)
+  cohort = jnp.clip(selection.cohort, 0, avail.shape[0] - 1)
+  weights = jnp.where(received, client_weights(aux, weighting)[cohort], 0.0)
+  weights = safe_divide(weights, weights.sum())
+  return weighted_sum(weights, zero_unreceived(deltas, received))

@@ -75,11 +75,7 @@ def make_full(weighting: str = "num_examples") -> Aggregator:
     """
     del t
     aux = _common.resolve_aux(aux, avail, selection)
-    received = _common.received_mask(deltas, selection, avail, aux)
-    cohort = jnp.clip(selection.cohort, 0, avail.shape[0] - 1)
-    weights = jnp.where(received, _common.client_weights(aux, weighting)[cohort], 0.0)
-    weights = _common.safe_divide(weights, weights.sum())
-    update = _common.weighted_sum(weights, _common.zero_unreceived(deltas, received))
+    update = _common.received_average(deltas, selection, avail, aux, weighting)
     return update, FullState(rounds=state.rounds + 1)
 
   return Aggregator(init=init, apply=apply)

@@ -205,7 +205,9 @@ def test_distances_hand_values_opposite_rows():
   (1, 0) and (-3, 0) are 4 apart in L2 and L1, (1, 0) and (2, 1) are sqrt(2) and 2."""
   g = jnp.asarray([[1.0, 0.0], [-3.0, 0.0], [2.0, 1.0]])
   l2 = np.asarray(clustered.representative_distances(g, "L2"))
-  np.testing.assert_allclose(l2, [[0, 4, np.sqrt(2)], [4, 0, np.sqrt(26)], [np.sqrt(2), np.sqrt(26), 0]], rtol=1e-6)
+  np.testing.assert_allclose(
+    l2, [[0, 4, np.sqrt(2)], [4, 0, np.sqrt(26)], [np.sqrt(2), np.sqrt(26), 0]], rtol=1e-6
+  )
   l1 = np.asarray(clustered.representative_distances(g, "L1"))
   np.testing.assert_allclose(l1, [[0, 4, 2], [4, 0, 6], [2, 6, 0]], rtol=1e-6)
 
@@ -214,7 +216,9 @@ def test_ward_records_the_root_merge_when_it_fits():
   """With M = 1 the capacity is the whole mass, so the last (root) merge of Ward's N - 1
   merges still fits and every client ends in one cluster labelled by the smallest id."""
   rng = np.random.default_rng(5)
-  dist = np.asarray(representative_distances(jnp.asarray(rng.normal(size=(6, 3)), jnp.float32), "L2"))
+  dist = np.asarray(
+    representative_distances(jnp.asarray(rng.normal(size=(6, 3)), jnp.float32), "L2")
+  )
   sizes = jnp.asarray([3, 1, 4, 1, 5, 9])
   labels = ward_flat_clusters(jnp.asarray(dist), jnp.ones(6, bool), sizes, jnp.sum(sizes))
   np.testing.assert_array_equal(np.asarray(labels), np.zeros(6))
@@ -240,8 +244,9 @@ def test_no_examples_gives_empty_distributions():
   """No available client holds data: every r is 0 (not NaN) and no slot is valid."""
   r = cluster_distributions(jnp.arange(4), jnp.zeros(4, jnp.int32), 2)
   np.testing.assert_array_equal(np.asarray(r), np.zeros((2, 4)))
-  r = similarity_distributions(jnp.ones((4, 3)), jnp.asarray([5, 5, 5, 5]), num_selected=2,
-                               avail=jnp.zeros(4, bool))
+  r = similarity_distributions(
+    jnp.ones((4, 3)), jnp.asarray([5, 5, 5, 5]), num_selected=2, avail=jnp.zeros(4, bool)
+  )
   np.testing.assert_array_equal(np.asarray(r), np.zeros((2, 4)))
   _, valid = clustered.sample_from_distributions(jax.random.PRNGKey(0), r)
   assert not np.any(np.asarray(valid))
@@ -286,8 +291,9 @@ def test_clustered_similarity_asks_for_updates():
 def test_distributions_with_one_example_in_total():
   """n_total = 1 (one client with one example): it fills every bin, r = 1 in each row;
   with no example at all every r is 0 (Algorithm 1 and 2)."""
-  np.testing.assert_allclose(np.asarray(size_distributions(jnp.asarray([0, 1, 0]), 2)),
-                             [[0, 1, 0], [0, 1, 0]])
+  np.testing.assert_allclose(
+    np.asarray(size_distributions(jnp.asarray([0, 1, 0]), 2)), [[0, 1, 0], [0, 1, 0]]
+  )
   np.testing.assert_array_equal(np.asarray(size_distributions(jnp.zeros(3, jnp.int32), 2)), 0.0)
   r = cluster_distributions(jnp.arange(3), jnp.asarray([0, 1, 0]), 2)
   np.testing.assert_allclose(np.asarray(r), [[0, 1, 0], [0, 1, 0]])

@@ -85,7 +85,9 @@ def test_check_num_selected_accepts_one_and_rejects_non_integers():
   assert common.check_num_selected(1) == 1
   assert common.check_num_selected(np.int64(3)) == 3
   for bad in (0, True, 2.5, "3", None, float("inf"), float("nan"), "abc", [2]):
-    with pytest.raises(ValueError, match="num_selected=.* (must be a positive integer|out of range)"):
+    with pytest.raises(
+      ValueError, match="num_selected=.* (must be a positive integer|out of range)"
+    ):
       common.check_num_selected(bad)
 
 
@@ -145,7 +147,9 @@ def test_zero_weight_items_fill_slots_uniformly_at_random():
   zero-weight items give each about 1000 (5 sigma = 137)."""
   keys = jax.random.split(jax.random.PRNGKey(3), 4000)
   first = jax.vmap(
-    lambda k: common.weighted_sample_without_replacement(k, jnp.zeros(4), jnp.ones(4, bool), 1)[0][0]
+    lambda k: common.weighted_sample_without_replacement(k, jnp.zeros(4), jnp.ones(4, bool), 1)[0][
+      0
+    ]
   )(keys)
   counts = np.bincount(np.asarray(first), minlength=4)
   assert np.all(np.abs(counts - 1000) < 137), counts

@@ -242,7 +242,15 @@ def test_make_validates_hparams(hparams, match):
 def test_make_accepts_the_boundaries_of_each_range():
   """alpha 0 (the paper's count-balancing end of its grid) and 0.5, epsilon 0 and 1,
   no local search, a graph built once every client is seen."""
-  for hp in ({"alpha": 0.0}, {"alpha": 0.5}, {"epsilon": 0.0}, {"epsilon": 1.0},
-             {"num_iters": 0}, {"min_seen_fraction": 1.0}, {"rebuild_every": 0},
-             {"sigma2": 1e-6}, {"num_restarts": 1}):
+  for hp in (
+    {"alpha": 0.0},
+    {"alpha": 0.5},
+    {"epsilon": 0.0},
+    {"epsilon": 1.0},
+    {"num_iters": 0},
+    {"min_seen_fraction": 1.0},
+    {"rebuild_every": 0},
+    {"sigma2": 1e-6},
+    {"num_restarts": 1},
+  ):
     assert selection.make("fedgs", num_selected=3, **hp).num_selected == 3, hp

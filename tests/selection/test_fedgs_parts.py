@@ -41,7 +41,9 @@ def test_greedy_forced_first_pick_includes_client_zero():
   h0, lin, a, avail = _alpha_zero_case()
   priority = jnp.linspace(0.1, 0.6, 6)
   cohort, valid = fedgs._greedy(h0, lin, a, avail, jnp.int32(3), 4, priority, jnp.int32(-1))
-  assert np.asarray(cohort).tolist() == [1, 3, 2, 0] and np.asarray(valid).tolist() == [True] * 3 + [False]
+  assert np.asarray(cohort).tolist() == [1, 3, 2, 0] and np.asarray(valid).tolist() == [
+    True
+  ] * 3 + [False]
   cohort, _ = fedgs._greedy(h0, lin, a, avail, jnp.int32(3), 4, priority, jnp.int32(0))
   assert np.asarray(cohort)[:3].tolist() == [0, 1, 3]  # client 0 forced, then least sampled
   cohort, _ = fedgs._greedy(h0, lin, a, avail, jnp.int32(3), 4, priority, jnp.int32(4))
@@ -85,7 +87,9 @@ def test_pair_weight_values():
 def test_similarity_normalized_to_unit_range():
   x = jnp.asarray(np.random.default_rng(0).normal(size=(5, 4)), jnp.float32)
   np.testing.assert_allclose(fedgs._similarity_from(x, "cosine", False), cosine(x), rtol=1e-6)
-  np.testing.assert_allclose(fedgs._similarity_from(x, "functional", False), functional(x), rtol=1e-6)
+  np.testing.assert_allclose(
+    fedgs._similarity_from(x, "functional", False), functional(x), rtol=1e-6
+  )
   sim = np.asarray(fedgs._similarity_from(x, "cosine", True))
   raw = np.asarray(cosine(x))
   off = ~np.eye(5, dtype=bool)  # min-max over the off-diagonal pairs, diagonal 1
@@ -96,12 +100,24 @@ def test_similarity_normalized_to_unit_range():
 def test_defaults():
   solve = inspect.signature(fedgs.solve).parameters
   assert (solve["num_iters"].default, solve["num_restarts"].default, solve["scale"].default) == (
-    100, 4, "paper")
+    100,
+    4,
+    "paper",
+  )
   make = {k: p.default for k, p in inspect.signature(fedgs.make_fedgs).parameters.items()}
   assert make == {
-    "num_selected": inspect.Parameter.empty, "alpha": 1.0, "similarity": "oracle",
-    "sigma2": 0.01, "epsilon": 0.1, "num_iters": 100, "num_restarts": 4, "scale": "paper",
-    "normalize": True, "min_seen_fraction": 1.0, "rebuild_every": 0, "oracle_features": None,
+    "num_selected": inspect.Parameter.empty,
+    "alpha": 1.0,
+    "similarity": "oracle",
+    "sigma2": 0.01,
+    "epsilon": 0.1,
+    "num_iters": 100,
+    "num_restarts": 4,
+    "scale": "paper",
+    "normalize": True,
+    "min_seen_fraction": 1.0,
+    "rebuild_every": 0,
+    "oracle_features": None,
     "kernel": "paper",
   }
 
@@ -112,8 +128,9 @@ def test_greedy_gain_counts_each_pair_twice():
   2 - 1.5 = 0.5 > 0 = client 2's gain (with a gain of a h_j - 2 v_j client 2 would win)."""
   h0 = jnp.asarray([[0.0, 1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
   lin = jnp.asarray([0.0, 1.5, 0.0])
-  cohort, _ = fedgs._greedy(h0, lin, jnp.float32(1.0), jnp.ones(3, bool), jnp.int32(2), 2,
-                            jnp.zeros(3), jnp.int32(0))
+  cohort, _ = fedgs._greedy(
+    h0, lin, jnp.float32(1.0), jnp.ones(3, bool), jnp.int32(2), 2, jnp.zeros(3), jnp.int32(0)
+  )
   assert np.asarray(cohort).tolist() == [0, 1]
 
 
@@ -124,9 +141,11 @@ def test_local_search_budget_counts_swaps():
   lin = 2.0 * jnp.asarray([9.0, 8.0, 0.0, 1.0])
   start = jnp.asarray([0, 1], jnp.int32)
   valid = jnp.ones(2, bool)
-  run = lambda iters: sorted(np.asarray(
-    fedgs._local_search(h0, lin, jnp.float32(0.0), jnp.ones(4, bool), start, valid, iters)
-  ).tolist())
+  run = lambda iters: sorted(
+    np.asarray(
+      fedgs._local_search(h0, lin, jnp.float32(0.0), jnp.ones(4, bool), start, valid, iters)
+    ).tolist()
+  )
   assert run(0) == [0, 1]
   assert run(1) == [1, 2]  # 0 (count 9) out, 2 (count 0) in
   assert run(2) == [2, 3]
@@ -137,7 +156,9 @@ def test_oracle_graph_is_ready_at_init():
   info = make_info()
   state = selection.make("fedgs", num_selected=3).init(jax.random.PRNGKey(0), info)
   assert bool(state.graph_ready) and int(state.rounds_since_build) == 0
-  state = selection.make("fedgs", num_selected=3, similarity="cosine").init(jax.random.PRNGKey(0), info)
+  state = selection.make("fedgs", num_selected=3, similarity="cosine").init(
+    jax.random.PRNGKey(0), info
+  )
   assert not bool(state.graph_ready)
 
 
@@ -148,7 +169,9 @@ def test_local_search_ignores_improvements_below_its_tolerance():
   start = jnp.asarray([0], jnp.int32)
   for gain, want in ((2e-7, 0), (2e-5, 1)):
     lin = jnp.asarray([gain, 0.0])
-    out = fedgs._local_search(h0, lin, jnp.float32(0.0), jnp.ones(2, bool), start, jnp.ones(1, bool), 10)
+    out = fedgs._local_search(
+      h0, lin, jnp.float32(0.0), jnp.ones(2, bool), start, jnp.ones(1, bool), 10
+    )
     assert int(out[0]) == want, gain
 
 

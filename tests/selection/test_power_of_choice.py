@@ -83,7 +83,10 @@ def test_d_validation_and_defaults():
     k: p.default for k, p in inspect.signature(selection.make_power_of_choice).parameters.items()
   }
   assert defaults == {
-    "num_selected": inspect.Parameter.empty, "d": None, "loss_split": "train", "weights": "fedavg"
+    "num_selected": inspect.Parameter.empty,
+    "d": None,
+    "loss_split": "train",
+    "weights": "fedavg",
   }
   assert selection.make("power_of_choice", num_selected=3, d=3).num_selected == 3
   assert selection.make("power_of_choice", num_selected=3, d=4.0).num_selected == 3

@@ -135,9 +135,7 @@ def test_make_shapley_defaults_and_ranges():
   the range of each hyperparameter, at its boundary."""
   import inspect
 
-  defaults = {
-    k: p.default for k, p in inspect.signature(shapley.make_shapley).parameters.items()
-  }
+  defaults = {k: p.default for k, p in inspect.signature(shapley.make_shapley).parameters.items()}
   assert defaults == {
     "num_selected": inspect.Parameter.empty,
     "num_permutations": 10,
@@ -187,8 +185,9 @@ def test_exploration_keeps_the_lowest_value_client_in_play():
   n = info.num_examples.shape[0]
   strategy = selection.make("shapley", num_selected=1, exploration=0.1)
   state = strategy.init(jax.random.PRNGKey(0), info)
-  state = state._replace(value=state.value.at[0].set(-1.0).at[1].set(2.0),
-                         count=state.count.at[0].set(1).at[1].set(1))
+  state = state._replace(
+    value=state.value.at[0].set(-1.0).at[1].set(2.0), count=state.count.at[0].set(1).at[1].set(1)
+  )
   avail = jnp.zeros(n, bool).at[0].set(True).at[1].set(True)
   ctx = make_ctx(info)
   first = jax.vmap(lambda k: strategy.select(state, k, avail, 0, ctx)[0].cohort[0])(
