@@ -162,3 +162,13 @@ def test_categorical_with_all_zero_weights_is_uniform_over_the_mask():
   counts = np.bincount(np.asarray(idx), minlength=3)
   assert np.asarray(valid).all() and counts[0] == 0
   assert abs(counts[1] - 2000) < 160, counts  # 5 sigma
+
+
+def test_make_selection_normalizes_invalid_slots():
+  sel = common.make_selection(
+    jnp.asarray([4, 7, 9]), jnp.asarray([1, 0, 1]), jnp.asarray([0.25, 0.5, 0.75])
+  )
+  assert np.asarray(sel.cohort).tolist() == [4, 0, 9]
+  assert np.asarray(sel.valid).tolist() == [True, False, True]
+  np.testing.assert_allclose(np.asarray(sel.weights), [0.25, 0.0, 0.75])
+  assert sel.cohort.dtype == jnp.int32 and sel.weights.dtype == jnp.float32
