@@ -21,6 +21,7 @@ import aggregation_testlib as lib
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from fedjax_sel import aggregation
 from fedjax_sel.aggregation.fdms import hoeffding_threshold
@@ -119,3 +120,58 @@ def test_no_known_friend_falls_back_to_mean_of_active():
   )
   np.testing.assert_allclose(update["b"], [2.0, 2.0], rtol=1e-6)
   np.testing.assert_array_equal(state.friend, [0, 1, 2, -1])
+
+
+def test_threshold_uses_the_one_based_round():
+  """Effective Theta_1 = .3, Theta_2 = .3 / sqrt(2) = .212. After round 0 client 1 keeps 0
+  (gap .9 - .8 = .1) and 2, drops 3. In round 1 (the paper's t = 2) the gap to client 0 is
+  .9 - .65 = .25: at least Theta_2, so 0 leaves C1; Theta at t = 1 (.3) would keep it."""
+  theta_1 = math.sqrt(2 * math.log(2 * 16 * 10 * 1) - 2 * math.log(0.5))
+  agg = aggregation.make(
+    "fdms",
+    complexity_reduction=True,
+    num_rounds=10,
+    max_friends=1,
+    confidence=0.5,
+    beta=1.0,
+    theta_scale=0.3 / theta_1,
+  )
+  (_, s0), (_, s1) = _play(agg, num_rounds=2)
+  np.testing.assert_array_equal(np.asarray(s0.candidates)[1], [True, False, True, False])
+  np.testing.assert_allclose(s1.similarity[1, 0], 0.65, rtol=1e-6)
+  np.testing.assert_array_equal(np.asarray(s1.candidates)[1], [False, False, True, False])
+
+
+def test_hoeffding_threshold_by_hand():
+  """Theorem 2 with K = 10, T = 100, B_max = 9, p = .05, beta = .5, delta_f = .1, t = 4."""
+  want = math.sqrt((2 * math.log(2 * 100 * 100 * 9) - 2 * math.log(0.05)) / (0.5 * 4)) + 0.1
+  got = float(hoeffding_threshold(4, 10, 100, 9, 0.05, 0.5, 0.1))
+  assert got == pytest.approx(want, rel=1e-6)
+  # t below 1 is read as 1
+  assert float(hoeffding_threshold(0, 10, 100, 9, 0.05, 0.5, 0.1)) == pytest.approx(
+    float(hoeffding_threshold(1, 10, 100, 9, 0.05, 0.5, 0.1)), rel=1e-6
+  )
+
+
+def test_fdms_defaults_and_ranges():
+  import inspect
+
+  from fedjax_sel.aggregation.fdms import make_fdms
+
+  defaults = {k: p.default for k, p in inspect.signature(make_fdms).parameters.items()}
+  assert defaults == {
+    "complexity_reduction": False,
+    "num_rounds": 1000,
+    "confidence": 0.05,
+    "beta": 0.5,
+    "max_friends": None,
+    "delta_f": 0.0,
+    "theta_scale": 1.0,
+    "weighting": "uniform",
+  }
+  for bad in ({"theta_scale": 0.0}, {"beta": 0.0}, {"confidence": 1.0}, {"confidence": 0.0},
+              {"num_rounds": 0}, {"max_friends": 0}, {"delta_f": 1.5},
+              {"complexity_reduction": 1}):
+    with pytest.raises(ValueError, match=next(iter(bad))):
+      aggregation.make("fdms", **bad)
+  aggregation.make("fdms", beta=1.0, delta_f=1.0, max_friends=1, num_rounds=1)

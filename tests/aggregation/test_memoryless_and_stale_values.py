@@ -68,3 +68,11 @@ def test_stale_reuses_the_last_update_of_a_dropped_client(weighting, want1, want
   update, state = _round(agg, state, [0, 2], [50.0, 5.0], [False, True, True, True])
   assert float(update["w"][0]) == pytest.approx(want2, rel=1e-6)
   assert state.seen.tolist() == [True, True, True, False] and int(state.rounds) == 2
+
+
+def test_safe_divide_is_zero_where_the_denominator_is_zero():
+  from fedjax_sel.aggregation._common import safe_divide
+
+  out = safe_divide(jnp.asarray([1.0, 2.0, 3.0]), jnp.asarray([2.0, 0.0, -1.0]))
+  assert out.tolist() == [0.5, 0.0, 0.0]  # a non-positive denominator gives 0
+  assert safe_divide(jnp.asarray([4.0, 0.0]), jnp.asarray(0.0)).tolist() == [0.0, 0.0]
