@@ -140,6 +140,29 @@ def test_threshold_uses_the_one_based_round():
   np.testing.assert_array_equal(np.asarray(s0.candidates)[1], [True, False, True, False])
   np.testing.assert_allclose(s1.similarity[1, 0], 0.65, rtol=1e-6)
   np.testing.assert_array_equal(np.asarray(s1.candidates)[1], [False, False, True, False])
+  assert int(s1.rounds) == 2
+  # Effective Theta_1 = .4: Theta_2 = .283 > .25 keeps client 0 in C1 (Theta_3 = .231,
+  # one round too late, would drop it).
+  agg = aggregation.make(
+    "fdms",
+    complexity_reduction=True,
+    num_rounds=10,
+    max_friends=1,
+    confidence=0.5,
+    beta=1.0,
+    theta_scale=0.4 / theta_1,
+  )
+  (_, s0), (_, s1) = _play(agg, num_rounds=2)
+  np.testing.assert_allclose(s1.similarity[1, 0], 0.65, rtol=1e-6)
+  np.testing.assert_array_equal(np.asarray(s1.candidates)[1], [True, False, True, False])
+
+
+def test_pairwise_scores_of_small_updates():
+  """r = (cos + 1) / 2 does not depend on the updates' norms, also below 1."""
+  from fedjax_sel.aggregation.fdms import _pairwise_scores
+
+  r = np.asarray(_pairwise_scores({"b": jnp.asarray([[0.1, 0.0], [0.2, 0.0], [0.0, 0.05]])}))
+  np.testing.assert_allclose(r, [[1.0, 1.0, 0.5], [1.0, 1.0, 0.5], [0.5, 0.5, 1.0]], atol=1e-6)
 
 
 def test_hoeffding_threshold_by_hand():
