@@ -184,3 +184,16 @@ def test_aggregation_weights_with_fractional_sizes():
   key = jax.random.PRNGKey(0)
   sel, _ = strategy.select(strategy.init(key, info), key, jnp.ones(n, bool), 0, ctx)
   np.testing.assert_allclose(np.asarray(sel.weights), [1 / 3] * 3, rtol=1e-6)
+
+
+def test_random_subset_takes_the_largest_priorities_among_available():
+  """k = 2 of 3 available clients (1 is away), 6 slots for N = 4 (padding beyond N):
+  the two largest available priorities first, then invalid slots holding id 0."""
+  avail = jnp.asarray([True, False, True, True])
+  priority = jnp.asarray([0.2, 0.9, 0.5, 0.7])
+  cohort, valid = fedgs._random_subset(avail, jnp.int32(2), 6, priority)
+  assert np.asarray(cohort).tolist() == [3, 2, 0, 0, 0, 0]
+  assert np.asarray(valid).tolist() == [True, True, False, False, False, False]
+  cohort, valid = fedgs._random_subset(avail, jnp.int32(3), 4, priority)
+  assert np.asarray(cohort).tolist() == [3, 2, 0, 0]
+  assert np.asarray(valid).tolist() == [True, True, True, False]
