@@ -192,9 +192,41 @@ def test_fdms_defaults_and_ranges():
     "theta_scale": 1.0,
     "weighting": "uniform",
   }
-  for bad in ({"theta_scale": 0.0}, {"beta": 0.0}, {"confidence": 1.0}, {"confidence": 0.0},
-              {"num_rounds": 0}, {"max_friends": 0}, {"delta_f": 1.5},
-              {"complexity_reduction": 1}):
+  for bad in (
+    {"theta_scale": 0.0},
+    {"beta": 0.0},
+    {"confidence": 1.0},
+    {"confidence": 0.0},
+    {"num_rounds": 0},
+    {"max_friends": 0},
+    {"delta_f": 1.5},
+    {"confidence": -0.5},
+    {"beta": 1.5},
+    {"complexity_reduction": 1},
+  ):
     with pytest.raises(ValueError, match=next(iter(bad))):
       aggregation.make("fdms", **bad)
   aggregation.make("fdms", beta=1.0, delta_f=1.0, max_friends=1, num_rounds=1)
+
+
+def test_pairwise_scores_stay_in_unit_range_for_opposite_updates():
+  """Opposite updates have r = 0, equal ones r = 1, never outside [0, 1] under float32
+  rounding (40 random rows, each repeated and negated)."""
+  from fedjax_sel.aggregation.fdms import _pairwise_scores
+
+  g = np.random.default_rng(0).normal(size=(40, 5)).astype(np.float32)
+  r = np.asarray(_pairwise_scores({"b": jnp.asarray(np.concatenate([g, g, -g]))}))
+  i = np.arange(40)
+  assert np.all(r >= 0.0) and np.all(r <= 1.0)
+  assert np.all(r[i, i + 80] < 1e-6) and np.all(r[i, i + 40] > 1 - 1e-6)
+
+
+def test_first_occurrence_of_a_client_in_the_cohort():
+  from fedjax_sel.aggregation.fdms import _first_occurrence
+
+  got = _first_occurrence(
+    jnp.asarray([3, 3, 1, 3, 1]), jnp.asarray([True, True, True, True, False])
+  )
+  assert np.asarray(got).tolist() == [True, False, True, False, False]
+  got = _first_occurrence(jnp.asarray([3, 3, 1]), jnp.asarray([False, True, True]))
+  assert np.asarray(got).tolist() == [False, True, True]  # the received copy counts
