@@ -76,3 +76,27 @@ def test_safe_divide_is_zero_where_the_denominator_is_zero():
   out = safe_divide(jnp.asarray([1.0, 2.0, 3.0]), jnp.asarray([2.0, 0.0, -1.0]))
   assert out.tolist() == [0.5, 0.0, 0.0]  # a non-positive denominator gives 0
   assert safe_divide(jnp.asarray([4.0, 0.0]), jnp.asarray(0.0)).tolist() == [0.0, 0.0]
+
+
+@pytest.mark.parametrize("self_normalize,want", [(False, 1 * 1 + 0.5 * 2), (True, (1 + 1) / 1.5)])
+def test_fedavg_is_by_hand(self_normalize, want):
+  """n = (1, 1, 2) -> shares (.25, .25, .5); p = (.25, .25, 1); client 1 is away. The
+  received weights are .25 / .25 = 1 and .5 / 1 = .5 on updates 1 and 2 (Horvitz-Thompson),
+  divided by their sum 1.5 when self-normalized (Hajek); the away client counts for nothing."""
+  agg = aggregation.make("fedavg_is", self_normalize=self_normalize)
+  state = agg.init({"w": jnp.zeros((1,))}, None)
+  aux = aux_of(3, 3, probs=[0.25, 0.25, 1.0], num_examples=[1.0, 1.0, 2.0])
+  deltas = {"w": jnp.asarray([[1.0], [5.0], [2.0]])}
+  for rounds in (1, 2):
+    update, state = agg.apply(
+      state, deltas, selection_of([0, 1, 2]), jnp.asarray([True, False, True]), jnp.int32(0), aux
+    )
+    assert float(update["w"][0]) == pytest.approx(want, rel=1e-6)
+    assert int(state.rounds) == rounds
+
+
+def test_fedavg_is_ranges():
+  for bad in ({"min_prob": 0.0}, {"min_prob": 1.5}, {"self_normalize": 1}):
+    with pytest.raises(ValueError, match=next(iter(bad))):
+      aggregation.make("fedavg_is", **bad)
+  aggregation.make("fedavg_is", min_prob=1.0)
