@@ -20,7 +20,9 @@ def test_pick_is_argmax_with_ties_broken_by_priority():
   assert int(fedgs._pick(jnp.asarray([1.0, 5.0, 3.0]), all_, jnp.asarray([0.9, 0.1, 0.5]))) == 1
   # 0 and 1 tie at the best score: the larger priority (client 1) wins, client 2 is lower.
   assert int(fedgs._pick(jnp.asarray([2.0, 2.0, 1.0]), all_, jnp.asarray([0.1, 0.7, 0.9]))) == 1
-  # Scores within the tolerance 1e-6 (1 + |best|) of the best tie, also around 0.
+  # Scores within the tolerance 1e-6 (1 + |best|) of the best tie, also around 0; 1.5e-6
+  # below the best is outside it.
+  assert int(fedgs._pick(jnp.asarray([0.0, 1.5e-6]), all_[:2], jnp.asarray([0.9, 0.1]))) == 1
   assert int(fedgs._pick(jnp.asarray([0.0, 1e-9, -1.0]), all_, jnp.asarray([0.9, 0.1, 1.0]))) == 0
   # Non-candidates never win, whatever their score or priority.
   cand = jnp.asarray([True, False, True])
@@ -163,16 +165,17 @@ def test_oracle_graph_is_ready_at_init():
 
 
 def test_local_search_ignores_improvements_below_its_tolerance():
-  """A swap must improve the objective by more than 1e-6 (1 + 2 |a| |S|): with alpha = 0 a
-  gain of 2e-7 is not taken, a gain of 2e-5 is."""
+  """A swap must improve the objective by more than 1e-6 (1 + 2 |a| |S|). H = 0, so only
+  the counts move the objective: with a = 0 the tolerance is 1e-6 (a gain of 1.5e-6 is
+  taken, 2e-7 is not); with a = 1 and one member it is 3e-6 (4e-6 taken, 2e-6 not)."""
   h0 = jnp.zeros((2, 2))
   start = jnp.asarray([0], jnp.int32)
-  for gain, want in ((2e-7, 0), (2e-5, 1)):
-    lin = jnp.asarray([gain, 0.0])
+  cases = ((0.0, 2e-7, 0), (0.0, 1.5e-6, 1), (0.0, 2e-5, 1), (1.0, 2e-6, 0), (1.0, 4e-6, 1))
+  for a, gain, want in cases:
     out = fedgs._local_search(
-      h0, lin, jnp.float32(0.0), jnp.ones(2, bool), start, jnp.ones(1, bool), 10
+      h0, jnp.asarray([gain, 0.0]), jnp.float32(a), jnp.ones(2, bool), start, jnp.ones(1, bool), 10
     )
-    assert int(out[0]) == want, gain
+    assert int(out[0]) == want, (a, gain)
 
 
 def test_aggregation_weights_with_fractional_sizes():
