@@ -126,14 +126,16 @@ def test_defaults():
 
 def test_greedy_gain_counts_each_pair_twice():
   """The greedy gain of adding j is 2 a h_j - 2 v_j (s^T H s counts a pair twice). First
-  pick forced to 0; H[0, 1] = 1, H[0, 2] = 0, 2 v = (0, 1.5, 0), a = 1: client 1 gains
-  2 - 1.5 = 0.5 > 0 = client 2's gain (with a gain of a h_j - 2 v_j client 2 would win)."""
+  pick forced to 0; H[0, 1] = 1, H[0, 2] = 0, a = 1, so client 1 gains 2 - 2 v_1 and
+  client 2 gains 0: with 2 v_1 = 1.5 client 1 wins, with 2 v_1 = 2.5 client 2 does (a
+  factor 1 or 3 instead of 2 flips one of the two)."""
   h0 = jnp.asarray([[0.0, 1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
-  lin = jnp.asarray([0.0, 1.5, 0.0])
-  cohort, _ = fedgs._greedy(
-    h0, lin, jnp.float32(1.0), jnp.ones(3, bool), jnp.int32(2), 2, jnp.zeros(3), jnp.int32(0)
-  )
-  assert np.asarray(cohort).tolist() == [0, 1]
+  for lin1, want in ((1.5, 1), (2.5, 2)):
+    lin = jnp.asarray([0.0, lin1, 0.0])
+    cohort, _ = fedgs._greedy(
+      h0, lin, jnp.float32(1.0), jnp.ones(3, bool), jnp.int32(2), 2, jnp.zeros(3), jnp.int32(0)
+    )
+    assert np.asarray(cohort).tolist() == [0, want], lin1
 
 
 def test_local_search_budget_counts_swaps():
@@ -167,10 +169,10 @@ def test_oracle_graph_is_ready_at_init():
 def test_local_search_ignores_improvements_below_its_tolerance():
   """A swap must improve the objective by more than 1e-6 (1 + 2 |a| |S|). H = 0, so only
   the counts move the objective: with a = 0 the tolerance is 1e-6 (a gain of 1.5e-6 is
-  taken, 2e-7 is not); with a = 1 and one member it is 3e-6 (4e-6 taken, 2e-6 not)."""
+  taken, 2e-7 is not); with a = 1 and one member it is 3e-6 (3.5e-6 taken, 2.5e-6 not)."""
   h0 = jnp.zeros((2, 2))
   start = jnp.asarray([0], jnp.int32)
-  cases = ((0.0, 2e-7, 0), (0.0, 1.5e-6, 1), (0.0, 2e-5, 1), (1.0, 2e-6, 0), (1.0, 4e-6, 1))
+  cases = ((0.0, 2e-7, 0), (0.0, 1.5e-6, 1), (0.0, 2e-5, 1), (1.0, 2.5e-6, 0), (1.0, 3.5e-6, 1))
   for a, gain, want in cases:
     out = fedgs._local_search(
       h0, jnp.asarray([gain, 0.0]), jnp.float32(a), jnp.ones(2, bool), start, jnp.ones(1, bool), 10
