@@ -202,3 +202,21 @@ def test_random_subset_takes_the_largest_priorities_among_available():
   cohort, valid = fedgs._random_subset(avail, jnp.int32(3), 4, priority)
   assert np.asarray(cohort).tolist() == [3, 2, 0, 0]
   assert np.asarray(valid).tolist() == [True, True, True, False]
+
+
+def test_tolerances_scale_with_the_objective():
+  """The tie tolerance grows with |best| (1e-6 (1 + |best|)): scores 1000 and 1000 - 5e-4
+  tie. The swap tolerance grows with |a| |S|: a = 1 and two members give 5e-6, so a gain
+  of 3.5e-6 is not taken."""
+  pick = fedgs._pick(jnp.asarray([1000.0, 999.9995]), jnp.ones(2, bool), jnp.asarray([0.1, 0.9]))
+  assert int(pick) == 1
+  out = fedgs._local_search(
+    jnp.zeros((3, 3)),
+    jnp.asarray([3.5e-6, 0.0, 0.0]),
+    jnp.float32(1.0),
+    jnp.ones(3, bool),
+    jnp.asarray([0, 1], jnp.int32),
+    jnp.ones(2, bool),
+    10,
+  )
+  assert sorted(np.asarray(out).tolist()) == [0, 1]
