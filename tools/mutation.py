@@ -120,21 +120,14 @@ TESTS = {
 
 # ``-k`` expressions: the shared contract tests run every strategy; a strategy's own module
 # needs only its own parametrizations of them (the rest cannot see its mutants).
+CONTRACT_TESTS = {"selection": "test_contract", "aggregation": "test_aggregation_contract"}
 KEYWORDS = {
-  f"selection/{name}.py": f"not test_contract or {name}"
-  for name in ("clustered", "shapley", "fedgs", "fedemd", "power_of_choice", "md", "full")
-} | {
-  f"aggregation/{name}.py": f"not test_aggregation_contract or {name}"
-  for name in (
-    "dropout",
-    "fdms",
-    "fedar",
-    "fedavg",
-    "fedavg_is",
-    "fedvarp",
-    "full",
-    "mifa",
-    "stale",
+  f"{package}/{stem}.py": f"not {contract} or {stem}"
+  for package, contract in CONTRACT_TESTS.items()
+  for stem in sorted(
+    f[:-3]
+    for f in os.listdir(os.path.join(ROOT, "fedjax_sel", package))
+    if f.endswith(".py") and f[:-3] not in ("__init__", "_common", "common", "registry")
   )
 }
 

@@ -71,6 +71,22 @@ def test_friend_is_hand_computed_running_mean_argmax():
   assert float(s2.pairs_saved) == 0
 
 
+def _race(theta_eff):
+  """Two rounds of the toy with candidate-set reduction, K = 4, T = 10, B = 1, p = .5,
+  beta = 1, delta_f = 0, and theta_scale such that the effective Theta_1 is theta_eff."""
+  theta_1 = math.sqrt(2 * math.log(2 * 16 * 10 * 1) - 2 * math.log(0.5))
+  agg = aggregation.make(
+    "fdms",
+    complexity_reduction=True,
+    num_rounds=10,
+    max_friends=1,
+    confidence=0.5,
+    beta=1.0,
+    theta_scale=theta_eff / theta_1,
+  )
+  return _play(agg, num_rounds=2)
+
+
 def test_candidate_set_reduction_with_theorem2_threshold():
   """Theta_1 = sqrt(2 ln(2 K^2 T B) - 2 ln p) with K=4, T=10, B=1, p=.5, beta=1, delta_f=0;
   theta_scale makes the effective Theta_1 = .25, Theta_2 = .25 / sqrt(2) = .1768.
@@ -81,16 +97,7 @@ def test_candidate_set_reduction_with_theorem2_threshold():
   """
   theta_1 = math.sqrt(2 * math.log(2 * 16 * 10 * 1) - 2 * math.log(0.5))
   np.testing.assert_allclose(hoeffding_threshold(1, 4, 10, 1, 0.5, 1.0, 0.0), theta_1, rtol=1e-6)
-  agg = aggregation.make(
-    "fdms",
-    complexity_reduction=True,
-    num_rounds=10,
-    max_friends=1,
-    confidence=0.5,
-    beta=1.0,
-    theta_scale=0.25 / theta_1,
-  )
-  (u0, s0), (u1, s1) = _play(agg, num_rounds=2)
+  (u0, s0), (u1, s1) = _race(0.25)
   allowed_0 = np.array(
     [[0, 1, 0, 0], [1, 0, 1, 0], [0, 1, 0, 0], [0, 0, 1, 0]], dtype=bool
   )  # candidates[k, i]: i may be k's friend
@@ -126,33 +133,14 @@ def test_threshold_uses_the_one_based_round():
   """Effective Theta_1 = .3, Theta_2 = .3 / sqrt(2) = .212. After round 0 client 1 keeps 0
   (gap .9 - .8 = .1) and 2, drops 3. In round 1 (the paper's t = 2) the gap to client 0 is
   .9 - .65 = .25: at least Theta_2, so 0 leaves C1; Theta at t = 1 (.3) would keep it."""
-  theta_1 = math.sqrt(2 * math.log(2 * 16 * 10 * 1) - 2 * math.log(0.5))
-  agg = aggregation.make(
-    "fdms",
-    complexity_reduction=True,
-    num_rounds=10,
-    max_friends=1,
-    confidence=0.5,
-    beta=1.0,
-    theta_scale=0.3 / theta_1,
-  )
-  (_, s0), (_, s1) = _play(agg, num_rounds=2)
+  (_, s0), (_, s1) = _race(0.3)
   np.testing.assert_array_equal(np.asarray(s0.candidates)[1], [True, False, True, False])
   np.testing.assert_allclose(s1.similarity[1, 0], 0.65, rtol=1e-6)
   np.testing.assert_array_equal(np.asarray(s1.candidates)[1], [False, False, True, False])
   assert int(s1.rounds) == 2
   # Effective Theta_1 = .4: Theta_2 = .283 > .25 keeps client 0 in C1 (Theta_3 = .231,
   # one round too late, would drop it).
-  agg = aggregation.make(
-    "fdms",
-    complexity_reduction=True,
-    num_rounds=10,
-    max_friends=1,
-    confidence=0.5,
-    beta=1.0,
-    theta_scale=0.4 / theta_1,
-  )
-  (_, s0), (_, s1) = _play(agg, num_rounds=2)
+  (_, s0), (_, s1) = _race(0.4)
   np.testing.assert_allclose(s1.similarity[1, 0], 0.65, rtol=1e-6)
   np.testing.assert_array_equal(np.asarray(s1.candidates)[1], [True, False, True, False])
 
