@@ -186,3 +186,16 @@ def test_bad_hparams_raise_value_error_naming_them(name, hparams):
   bad_name = next(iter(hparams))
   with pytest.raises(ValueError, match=bad_name):
     aggregation.make(name, **hparams)
+
+
+@pytest.mark.parametrize("name,hparams", DEFAULTS, ids=_ids(DEFAULTS))
+def test_state_counts_the_applies(name, hparams):
+  """Every aggregator's ``state.rounds`` is 0 at init and counts the calls of ``apply``."""
+  agg = _build(name, hparams)
+  state = agg.init(lib.make_params(), lib.make_info(SIZES))
+  assert int(state.rounds) == 0
+  apply = _jitted_apply(agg)
+  for t in range(3):
+    deltas, selection, avail, aux = _round_inputs(jax.random.PRNGKey(5), t)
+    _, state = apply(state, deltas, selection, avail, jnp.asarray(t, jnp.int32), aux)
+  assert int(state.rounds) == 3
