@@ -351,6 +351,11 @@ def main(argv=None) -> int:
       for f in files:
         if not os.path.exists(stem_of(f) + ".sqlite"):
           p.error(f"--rerun-survivors: no session for {f} in {out_dir}")
+        if not os.path.exists(stem_of(f) + ".commit"):
+          p.error(
+            f"--rerun-survivors: {f}'s session predates the recorded commit; write the "
+            f"commit its mutants were made from into {stem_of(f)}.commit"
+          )
         with open(stem_of(f) + ".commit") as fh:
           old = fh.read().strip()
         changed = subprocess.run(

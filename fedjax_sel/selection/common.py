@@ -24,13 +24,17 @@ class EmptyState(NamedTuple):
   """State of a stateless strategy (an empty pytree)."""
 
 
+def is_integer(value) -> bool:
+  """Whether ``value`` is an integer-valued number and not a bool (3, 3.0, np.int64(3))."""
+  try:
+    return not isinstance(value, bool) and int(value) == value
+  except (TypeError, ValueError, OverflowError):  # int("x") fails, int(inf) overflows
+    return False
+
+
 def check_num_selected(num_selected) -> int:
   """Validates ``num_selected`` (M) at ``make`` time and returns it as a Python int."""
-  try:
-    ok = not isinstance(num_selected, bool) and int(num_selected) == num_selected
-  except (TypeError, ValueError, OverflowError):  # int(inf) overflows
-    ok = False
-  if not ok:
+  if not is_integer(num_selected):
     raise ValueError(f"num_selected={num_selected!r} must be a positive integer")
   check_range("num_selected", num_selected, 1, None)
   return int(num_selected)

@@ -296,11 +296,11 @@ def solve(
 
   keys = jax.random.split(key, num_restarts)
 
-  def start(r, rkey):
-    return _start(h0, lin, a, avail, k, num_selected, num_iters, r, rkey)
-
   # lax.map (a scan), not vmap: a batched while_loop recompiles in eager (disable_jit) mode.
-  cohorts, valids, values = jax.lax.map(lambda args: start(*args), (jnp.arange(num_restarts), keys))
+  cohorts, valids, values = jax.lax.map(
+    lambda args: _start(h0, lin, a, avail, k, num_selected, num_iters, *args),
+    (jnp.arange(num_restarts), keys),
+  )
   best = jnp.argmax(values)
   cohort, valid = cohorts[best], valids[best]
   mask = jnp.zeros((n,), bool).at[cohort].max(valid)

@@ -60,11 +60,7 @@ def make_power_of_choice(
   """
   num_selected = common.check_num_selected(num_selected)
   if d is not None:
-    try:
-      ok = not isinstance(d, bool) and int(d) == d
-    except (TypeError, ValueError, OverflowError):  # int(inf) overflows
-      ok = False
-    if not ok or d < num_selected:
+    if not common.is_integer(d) or d < num_selected:
       raise ValueError(f"d={d!r} must be an integer >= num_selected={num_selected}, or None")
     d = int(d)
   if not isinstance(loss_split, str) or loss_split not in LOSS_SPLITS:

@@ -156,7 +156,7 @@ def make_shapley(
     Ghorbani & Zou 2019 (TMC-Shapley).
   """
   num_selected = common.check_num_selected(num_selected)
-  if isinstance(num_permutations, bool) or int(num_permutations) != num_permutations:
+  if not common.is_integer(num_permutations):
     raise ValueError(f"num_permutations={num_permutations!r} must be a positive integer")
   check_range("num_permutations", num_permutations, 1, None)
   num_permutations = int(num_permutations)

@@ -90,7 +90,7 @@ def test_d_validation_and_defaults():
   }
   assert selection.make("power_of_choice", num_selected=3, d=3).num_selected == 3
   assert selection.make("power_of_choice", num_selected=3, d=4.0).num_selected == 3
-  for d in (True, 3.5, "4", 2, [4]):
+  for d in (2, True, 3.5, "4", [4], float("inf"), float("nan"), "x"):
     with pytest.raises(ValueError, match="d="):
       selection.make("power_of_choice", num_selected=3, d=d)
   for bad in ({"loss_split": 1}, {"weights": None}):

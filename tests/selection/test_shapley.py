@@ -150,6 +150,8 @@ def test_make_shapley_defaults_and_ranges():
     {"num_permutations": 0},
     {"num_permutations": True},
     {"num_permutations": 2.5},
+    {"num_permutations": float("inf")},
+    {"num_permutations": "abc"},
     {"exploration": 0.0},
     {"exploration": -0.5},
     {"momentum": 1.0},
