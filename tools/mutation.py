@@ -285,6 +285,12 @@ def main(argv=None) -> int:
     "existing sessions (after adding tests; refused for a source file that changed)",
   )
   p.add_argument(
+    "--resume",
+    action="store_true",
+    help="continue existing sessions: run only their mutants without a result (after an "
+    "interrupted run; the worktree must still be at the session's commit)",
+  )
+  p.add_argument(
     "--jobs",
     type=int,
     default=1,
@@ -330,6 +336,13 @@ def main(argv=None) -> int:
       # A killed mutant stays killed when tests are only added; the survivors run again.
       with sqlite3.connect(session) as db:
         db.execute("DELETE FROM work_results WHERE test_outcome = 'SURVIVED'")
+    elif args.resume and os.path.exists(session):
+      # `exec` runs only the mutants that have no result yet, in a tree at their commit.
+      with open(stem_of(f) + ".commit") as fh:
+        made_from = fh.read().strip()
+      if made_from != git_head(wt):
+        raise SystemExit(f"--resume: {f}'s mutants were made from {made_from[:8]}, {wt} is at "
+                         f"{git_head(wt)[:8]}; give the --workdir of that session")
     else:
       if os.path.exists(session):
         os.remove(session)
