@@ -28,7 +28,7 @@ from fedjax_sel.core import batch as batch_lib
 from fedjax_sel.core import checkpoint, distributed
 from fedjax_sel.core import engine as engine_lib
 from fedjax_sel.core import simulation as sim_lib
-from fedjax_sel.core.registry import check_range
+from fedjax_sel.core.registry import check_range, is_integer
 from fedjax_sel.metrics import results
 
 PARTS = {
@@ -115,7 +115,7 @@ def _positive_int(name, v):
 
 
 def _integer(name, v, low):
-  if not isinstance(v, (int, np.integer)) or isinstance(v, bool):
+  if not is_integer(v, strict=True):
     raise ValueError(f"{name}={v!r} must be an integer >= {low}")
   check_range(name, v, low)
 

@@ -266,3 +266,35 @@ def test_selection_context_sizes(tiny, field):
 def test_run_rounds_needs_a_positive_integer(tiny, n):
   sim = make_sim(tiny)
   one_line_error(lambda: sim.run_rounds(sim.init(0), n), f"num_rounds={n!r}")
+
+
+@pytest.mark.parametrize(
+  "value, loose, strict",
+  [
+    (3, True, True),
+    (np.int64(3), True, True),
+    (-2, True, True),
+    (3.0, True, False),
+    (np.float32(3.0), True, False),
+    (2.5, False, False),
+    (True, False, False),
+    (np.True_, False, False),
+    (INF, False, False),
+    (NAN, False, False),
+    ("3", False, False),
+    ("x", False, False),
+    (None, False, False),
+  ],
+)
+def test_is_integer(value, loose, strict):
+  # The one integer check every component uses (core.registry.is_integer).
+  from fedjax_sel.core.registry import is_integer
+
+  assert is_integer(value) is loose
+  assert is_integer(value, strict=True) is strict
+
+
+@pytest.mark.parametrize("bad", ["abc", INF, 2.5, True])
+def test_integer_hparams_of_availability_give_the_message(bad):
+  one_line_error(lambda: availability.make("cluster_dropout", num_clusters=bad), "num_clusters=")
+  one_line_error(lambda: availability.make("yc", beta=0.5, period=bad), "period=")

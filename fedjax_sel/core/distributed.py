@@ -10,9 +10,9 @@ every process (``fedjax_sel.core.checkpoint``).
 
 Launch flags (``experiments.run`` and the study binaries): ``--coordinator_address``,
 ``--num_processes``, ``--process_id``, ``--distributed_timeout``, ``--cpu_devices``.
-Without them, a cluster JAX detects by itself (a SLURM or Open MPI job of several tasks, a Cloud TPU VM)
-is joined with ``jax.distributed.initialize()``'s auto-detection; otherwise the run is one
-process. ``python -m experiments.launch_local --num_processes=2 -- <run flags>`` starts
+Without them, a cluster JAX detects by itself (a SLURM or Open MPI job of several tasks, a
+Cloud TPU VM) is joined with ``jax.distributed.initialize()``'s auto-detection; otherwise the
+run is one process. ``python -m experiments.launch_local --num_processes=2 -- <run flags>`` starts
 N processes on this machine.
 """
 
@@ -26,6 +26,8 @@ import threading
 
 import jax
 import numpy as np
+
+from fedjax_sel.core.registry import is_integer
 
 # seconds a process waits for the others (and the coordinator) before it gives up
 DEFAULT_TIMEOUT_S = 300
@@ -54,7 +56,7 @@ def check_launch(
   ):
     if value is None:
       continue
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+    if not is_integer(value, strict=True) or value < low:
       raise LaunchError(f"--{name}={value!r} is out of range; allowed: integers >= {low}")
   n = num_processes or 0
   if coordinator_address and not _ADDRESS.match(coordinator_address):

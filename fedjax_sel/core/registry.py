@@ -6,6 +6,8 @@ import inspect
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
+import numpy as np
+
 T = TypeVar("T")
 
 
@@ -59,6 +61,23 @@ def is_traced(value: Any) -> bool:
   import jax
 
   return isinstance(value, jax.core.Tracer)
+
+
+def is_integer(value: Any, *, strict: bool = False) -> bool:
+  """Whether ``value`` is an integer and not a bool.
+
+  ``strict``: only values of an integer type (3, np.int64(3)); otherwise any integer-valued
+  number (3.0 too, e.g. from a config file). Never raises: ``"x"`` and ``inf`` are not
+  integers.
+  """
+  if isinstance(value, (bool, np.bool_)):
+    return False
+  if strict:
+    return isinstance(value, (int, np.integer))
+  try:
+    return bool(int(value) == value)
+  except (TypeError, ValueError, OverflowError):  # int("x") fails, int(inf) overflows
+    return False
 
 
 def check_range(

@@ -30,7 +30,7 @@ from jax.sharding import PartitionSpec as P
 from fedjax_sel.availability.rollout import split_availability_key
 from fedjax_sel.core import engine as engine_lib
 from fedjax_sel.core import evaluation
-from fedjax_sel.core.registry import check_range, is_traced
+from fedjax_sel.core.registry import check_range, is_integer, is_traced
 from fedjax_sel.core.types import (
   AggregationAux,
   Aggregator,
@@ -233,7 +233,7 @@ def make_client_lr_schedule(
   if schedule == "exponential":
     check_range("lr_decay", lr_decay, 0.0, 1.0, low_inclusive=False)
     return lambda t: client_lr * jnp.power(lr_decay, jnp.asarray(t).astype(jnp.float32))
-  if isinstance(step_size, bool) or not isinstance(step_size, (int, np.integer)) or step_size < 1:
+  if not is_integer(step_size, strict=True) or step_size < 1:
     raise ValueError(
       f"lr_step_size={step_size!r} is out of range; allowed: integers >= 1 (rounds per step "
       "of lr_schedule='step')"
@@ -484,7 +484,7 @@ class Simulation:
         so every method in a comparison sees the same active clients each round.
     """
     for name, value in (("seed", seed), ("availability_seed", availability_seed)):
-      if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value < 0:
+      if is_integer(value, strict=True) and value < 0:
         raise ValueError(f"{name}={value!r} is out of range; allowed: integers >= 0")
     # Raw uint32[2] keys keep the state a plain array pytree (easy to checkpoint).
     key = jax.random.PRNGKey(seed)
@@ -728,7 +728,7 @@ class Simulation:
     )
 
   def _run_rounds_with(self, data: SimulationData, state: RoundState, num_rounds: int):
-    if isinstance(num_rounds, bool) or not isinstance(num_rounds, (int, np.integer)) or num_rounds < 1:
+    if not is_integer(num_rounds, strict=True) or num_rounds < 1:
       raise ValueError(f"num_rounds={num_rounds!r} is out of range; allowed: integers >= 1")
 
     def body(s, _):

@@ -35,6 +35,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from fedjax_sel.core.registry import is_integer
 from fedjax_sel.data.federated import FederatedData, split_from_indices, stored_x
 from fedjax_sel.data.partitions import PARTITIONS, make_partition
 
@@ -51,7 +52,7 @@ class DatasetNotFoundError(ValueError):
 
 
 def _check_int(name: str, value: Any, low: int) -> int:
-  if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+  if not is_integer(value, strict=True) or value < low:
     raise ValueError(f"{name}={value!r} is out of range; allowed: integers >= {low}")
   return int(value)
 
@@ -276,8 +277,9 @@ def load(
     image_dtype: images as ``"float32"`` in [0, 1] or as their stored ``"uint8"`` pixels
       (``x_divisor = 255``: a quarter of the memory, decoded in the batch gather on device,
       bit for bit the float32 inputs). Ignored by ``synthetic`` and ``digits``.
-    **hparams: ``synthetic``: alpha, beta, iid, recipe (``fedprox`` or ``fedgs``); otherwise the partition's
-      hyper-parameters (e.g. ``alpha`` for dirichlet, ``labels_per_client`` for shards).
+    **hparams: ``synthetic``: alpha, beta, iid, recipe (``fedprox`` or ``fedgs``); otherwise
+      the partition's hyper-parameters (e.g. ``alpha`` for dirichlet, ``labels_per_client``
+      for shards).
 
   Returns:
     FederatedData.

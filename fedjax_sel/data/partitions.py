@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from fedjax_sel.core.registry import check_range
+from fedjax_sel.core.registry import check_range, is_integer
 
 PARTITIONS = ("iid", "dirichlet", "shards", "lognormal", "size_groups", "clustered")
 
@@ -74,9 +74,7 @@ def _check_labels(labels: Any) -> np.ndarray:
 
 
 def _check_int(name: str, value: Any, low: int, high: int | None = None) -> int:
-  if isinstance(value, (float, np.floating)) and float(value).is_integer():
-    value = int(value)  # e.g. 2.0 from a config file
-  if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+  if not is_integer(value):  # 2.0 from a config file is allowed
     raise ValueError(f"{name}={value!r} must be an integer in [{low}, {high or 'inf'}]")
   check_range(name, value, low, high)
   return int(value)

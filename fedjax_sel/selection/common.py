@@ -11,7 +11,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from fedjax_sel.core.registry import check_range
+from fedjax_sel.core.registry import check_range, is_integer  # noqa: F401 (re-exported)
 from fedjax_sel.core.types import Array, PRNGKey, Selection
 
 # Keys of available clients whose sampling weight is exactly 0 sit at this level: below
@@ -22,14 +22,6 @@ _ZERO_WEIGHT_LEVEL = -1e4
 
 class EmptyState(NamedTuple):
   """State of a stateless strategy (an empty pytree)."""
-
-
-def is_integer(value) -> bool:
-  """Whether ``value`` is an integer-valued number and not a bool (3, 3.0, np.int64(3))."""
-  try:
-    return not isinstance(value, bool) and int(value) == value
-  except (TypeError, ValueError, OverflowError):  # int("x") fails, int(inf) overflows
-    return False
 
 
 def check_num_selected(num_selected) -> int:
