@@ -82,6 +82,22 @@ TESTS = {
     "tests/availability/test_round_boundaries.py",
     "tests/availability/test_availability_cluster_trace.py",
   ],
+  "availability/cluster_dropout.py": [
+    "tests/availability/test_availability_cluster_trace.py",
+    "tests/availability/test_availability_contract.py",
+    "tests/test_library_validation.py",
+  ],
+  # base.py serves every model: all the package's files, the ones that pin it first.
+  "availability/base.py": [
+    "tests/availability/test_sln_reference_code.py",
+    "tests/availability/test_availability_sampling.py",
+    "tests/availability/test_round_boundaries.py",
+    "tests/availability/test_availability_cluster_trace.py",
+    "tests/availability/test_availability_fedgs.py",
+    "tests/availability/test_availability_contract.py",
+    "tests/availability/test_availability_visualize.py",
+  ],
+  "availability/visualize.py": ["tests/availability/test_availability_visualize.py"],
   "core/evaluation.py": ["tests/core/test_metric_values.py"],
   "aggregation/fedar.py": [
     "tests/aggregation/test_reference_aggregators.py",
@@ -341,8 +357,10 @@ def main(argv=None) -> int:
       with open(stem_of(f) + ".commit") as fh:
         made_from = fh.read().strip()
       if made_from != git_head(wt):
-        raise SystemExit(f"--resume: {f}'s mutants were made from {made_from[:8]}, {wt} is at "
-                         f"{git_head(wt)[:8]}; give the --workdir of that session")
+        raise SystemExit(
+          f"--resume: {f}'s mutants were made from {made_from[:8]}, {wt} is at "
+          f"{git_head(wt)[:8]}; give the --workdir of that session"
+        )
     else:
       if os.path.exists(session):
         os.remove(session)

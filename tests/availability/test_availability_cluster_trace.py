@@ -171,7 +171,9 @@ def test_cluster_dropout_num_clusters_checks():
 
 
 def test_cluster_dropout_cluster_ids_checks():
-  with pytest.raises(ValueError, match=r"num_clusters=2 but cluster_ids has id 2; allowed ids: 0\.\.1$"):
+  with pytest.raises(
+    ValueError, match=r"num_clusters=2 but cluster_ids has id 2; allowed ids: 0\.\.1$"
+  ):
     availability.make("cluster_dropout", num_clusters=2, cluster_ids=[0, 1, 2])
   for bad in ([[0, 1], [1, 0]], [0.0, 1.0], [0, -1]):
     with pytest.raises(ValueError, match="cluster_ids must be a 1-D array of non-negative"):
@@ -201,9 +203,13 @@ def test_fl_fdms_largest_ratio_that_keeps_a_friend():
   state = model.init(jax.random.key(0), info(20))
   active, _ = model.sample(state, jax.random.key(3), 0)
   assert int(np.sum(active)) == 5
-  np.testing.assert_array_equal(np.bincount(np.asarray(state.cluster_ids)[np.asarray(active)]), [1] * 5)
+  np.testing.assert_array_equal(
+    np.bincount(np.asarray(state.cluster_ids)[np.asarray(active)]), [1] * 5
+  )
   too_many = availability.make("cluster_dropout", dropout_rate=0.8, mode="fl_fdms")
-  with pytest.raises(ValueError, match=r"drops 16 of 20 clients, but 5 groups .* dropout_rate < 0\.8$"):
+  with pytest.raises(
+    ValueError, match=r"drops 16 of 20 clients, but 5 groups .* dropout_rate < 0\.8$"
+  ):
     too_many.init(jax.random.key(0), info(20))
 
 
@@ -223,14 +229,23 @@ def test_fl_fdms_active_probs_by_hand():
 
 
 def test_trace_shape_checks():
-  for bad in (np.ones(4, bool), np.ones((0, 3), bool), np.ones((3, 0), bool), np.ones((2, 2, 2), bool)):
-    with pytest.raises(ValueError, match=rf"shape \({', '.join(map(str, bad.shape))},?\) is not allowed"):
+  for bad in (
+    np.ones(4, bool),
+    np.ones((0, 3), bool),
+    np.ones((3, 0), bool),
+    np.ones((2, 2, 2), bool),
+  ):
+    with pytest.raises(
+      ValueError, match=rf"shape \({', '.join(map(str, bad.shape))},?\) is not allowed"
+    ):
       availability.make("trace", trace=bad)
   # One round, or one client, is a valid trace.
   for good in (np.array([[1, 0, 1]], bool), np.array([[1], [0], [1]], bool)):
     model = availability.make("trace", trace=good)
     state = model.init(jax.random.key(0), info(good.shape[1]))
-    np.testing.assert_array_equal(model.sample(state, jax.random.key(0), 1)[0], good[1 % good.shape[0]])
+    np.testing.assert_array_equal(
+      model.sample(state, jax.random.key(0), 1)[0], good[1 % good.shape[0]]
+    )
 
 
 def test_trace_csv_with_one_row(tmp_path):

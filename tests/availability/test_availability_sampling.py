@@ -181,31 +181,3 @@ def test_check_beta_returns_a_python_float_and_passes_tracers():
   assert type(check_beta(np.float32(0.5))) is float and type(check_beta(0)) is float
   # Under jit, beta stays a tracer (float() of a tracer would raise).
   np.testing.assert_allclose(jax.jit(check_beta)(0.25), 0.25)
-
-
-def test_nonempty_draw_stops_after_exactly_max_redraws():
-  from fedjax_sel.availability import base
-
-  # Find a key whose draw number MAX_REDRAWS (0-based) has the smallest uniform of draws
-  # 0..MAX_REDRAWS, and a probability p between it and the others': draws 0..MAX_REDRAWS-1
-  # are all empty under p, draw MAX_REDRAWS is not. The loop makes MAX_REDRAWS draws, so the
-  # result is the empty last one; one draw more would return a non-empty set.
-  m = base.MAX_REDRAWS
-  assert m == 1000
-
-  def uniforms(key):
-    return jax.vmap(lambda i: jax.random.uniform(jax.random.fold_in(key, i), (1,))[0])(
-      jnp.arange(m + 1)
-    )
-
-  keys = jax.random.split(jax.random.key(0), 4000)
-  u = np.asarray(jax.jit(jax.vmap(uniforms))(keys))
-  hit = np.flatnonzero(np.argmin(u, axis=1) == m)
-  assert hit.size, "no key found"
-  row = u[hit[0]]
-  p = float((row[m] + np.min(row[:m])) / 2)
-  probs = jnp.array([p], jnp.float32)
-  assert not np.asarray(base.bernoulli_draw_nonempty(keys[hit[0]], probs)).any()
-  # The same key with one draw fewer than the hit still stops empty; the hit draw itself
-  # is non-empty, which the loop never reaches.
-  assert np.asarray(base.bernoulli_draw(jax.random.fold_in(keys[hit[0]], m), probs)).all()

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from fedjax_sel import availability
-from fedjax_sel.availability.base import bernoulli_draw_nonempty
+from fedjax_sel.availability.base import MAX_REDRAWS, bernoulli_draw, bernoulli_draw_nonempty
 from fedjax_sel.availability.sln import sin_factor
 from fedjax_sel.core.types import ClientInfo
 
@@ -71,3 +71,62 @@ def test_sln_redraw_empty_never_gives_an_empty_round_and_options_are_checked():
     availability.make("sln", schedule="code")
   with pytest.raises(ValueError, match="redraw_empty='yes'"):
     availability.make("sln", redraw_empty="yes")
+
+
+def _draws(key, probs, n):
+  """Draws 0..n-1 of bernoulli_draw_nonempty: bernoulli_draw(fold_in(key, i), probs)."""
+  return jax.vmap(lambda i: bernoulli_draw(jax.random.fold_in(key, i), probs))(jnp.arange(n))
+
+
+def test_nonempty_draw_returns_the_first_non_empty_draw():
+  # 8 clients at p = 0.04: the first non-empty draw is typically a few draws in; the
+  # result is exactly that draw (not a later or skipped one).
+  probs = jnp.full((8,), 0.04)
+  deep = 0
+  for seed in range(12):
+    key = jax.random.PRNGKey(seed)
+    draws = np.asarray(_draws(key, probs, 200))
+    j = int(np.flatnonzero(draws.any(axis=1))[0])
+    deep = max(deep, j)
+    np.testing.assert_array_equal(bernoulli_draw_nonempty(key, probs), draws[j])
+  assert deep >= 3
+
+
+def _key_with_first_hit_at(index, n):
+  """A key whose draw ``index`` has the smallest of the uniforms of draws 0..n-1 (1 client),
+  and a probability p that only that draw's uniform is below."""
+  keys = jax.random.split(jax.random.PRNGKey(0), 4000)
+  u = np.asarray(jax.jit(jax.vmap(lambda k: _draws_uniform(k, n)))(keys))
+  hit = np.flatnonzero(np.argmin(u, axis=1) == index)
+  assert hit.size, "no key found"
+  row = u[hit[0]]
+  others = np.delete(row, index)
+  return keys[hit[0]], float((row[index] + others.min()) / 2)
+
+
+def _draws_uniform(key, n):
+  return jax.vmap(lambda i: jax.random.uniform(jax.random.fold_in(key, i), (1,))[0])(jnp.arange(n))
+
+
+def test_nonempty_draw_makes_exactly_max_redraws_draws():
+  m = MAX_REDRAWS
+  assert m == 1000
+  # Draw m-1 (the last one made) is the first non-empty: returned.
+  key, p = _key_with_first_hit_at(m - 1, m + 1)
+  probs = jnp.array([p], jnp.float32)
+  assert np.asarray(bernoulli_draw_nonempty(key, probs)).all()
+  # Draw m (one more than the loop makes) is the first non-empty: the loop stops before it
+  # and returns the empty draw m-1.
+  key, p = _key_with_first_hit_at(m, m + 1)
+  probs = jnp.array([p], jnp.float32)
+  assert np.asarray(bernoulli_draw(jax.random.fold_in(key, m), probs)).all()
+  assert not np.asarray(bernoulli_draw_nonempty(key, probs)).any()
+
+
+def test_bernoulli_draw_probability_zero_is_never_active():
+  # A float32 uniform is exactly 0 with probability 2^-23: among 2^24 draws of one key
+  # some are 0, and "uniform < p" keeps p = 0 inactive there too.
+  key = jax.random.PRNGKey(0)
+  u = jax.random.uniform(key, (1 << 24,), jnp.float32)
+  assert int(jnp.sum(u == 0)) >= 1
+  assert not bool(jnp.any(bernoulli_draw(key, jnp.zeros((1 << 24,)))))
