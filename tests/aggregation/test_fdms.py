@@ -218,3 +218,94 @@ def test_first_occurrence_of_a_client_in_the_cohort():
   assert np.asarray(got).tolist() == [True, False, True, False, False]
   got = _first_occurrence(jnp.asarray([3, 3, 1]), jnp.asarray([False, True, True]))
   assert np.asarray(got).tolist() == [False, True, True]  # the received copy counts
+
+
+def test_pairwise_scores_clip_float32_cosines_above_one():
+  """For parallel rows of different norms (g, 3 g, 12.3 g) the float32 cosine can exceed 1
+  by 2 ulp, enough for (cos + 1) / 2 to round to 1 + 2^-23 without the clip (this seed has
+  such pairs: the test fails when the clip's upper end is raised); r must stay <= 1."""
+  from fedjax_sel.aggregation.fdms import _pairwise_scores
+
+  g = np.random.default_rng(0).normal(size=(300, 5)).astype(np.float32)
+  rows = np.concatenate([g, g * np.float32(3.0), g * np.float32(12.3)])
+  r = np.asarray(_pairwise_scores({"b": jnp.asarray(rows)}))
+  assert r.max() <= 1.0 and r.min() >= 0.0
+
+
+def _hand_state(agg, similarity, co_rounds, candidates):
+  state = agg.init(lib.make_params(), lib.make_info(np.ones(len(similarity))))
+  return state._replace(
+    similarity=jnp.asarray(similarity, jnp.float32),
+    co_rounds=jnp.asarray(co_rounds, jnp.int32),
+    candidates=jnp.asarray(candidates, bool),
+  )
+
+
+def _one_round(agg, state, active, rows, t=0):
+  n = len(state.friend)
+  avail = jnp.zeros((n,), bool).at[jnp.asarray(active)].set(True)
+  sel = lib.selection_of(list(active), [True] * len(active))
+  return jax.jit(agg.apply)(state, lib.deltas_from_b(rows), sel, avail, t)
+
+
+def test_friend_only_among_candidates_with_complexity_reduction():
+  """Client 0 (dropped) knows 1 (R = .9) and 2 (R = .6), but 1 has left C^0: the friend is
+  2. Client 0's best known candidate is then 2 itself, so nothing more leaves C^0, though
+  the non-candidate 1 is more similar (only candidates count towards the best)."""
+  agg = aggregation.make("fdms", complexity_reduction=True, theta_scale=1e-3)
+  sim = [[0, 0.9, 0.6], [0.9, 0, 0.5], [0.6, 0.5, 0]]
+  cand = [[False, False, True], [True, False, True], [True, True, False]]
+  state = _hand_state(agg, sim, np.ones((3, 3)), cand)
+  update, new = _one_round(agg, state, [1, 2], [[1.0, 0.0], [0.0, 1.0]])
+  np.testing.assert_array_equal(new.friend, [2, 1, 2])
+  np.testing.assert_allclose(update["b"], [1 / 3, 2 / 3], rtol=1e-6)
+  np.testing.assert_array_equal(np.asarray(new.candidates)[0], [False, False, True])
+
+
+def test_pair_is_compared_when_either_keeps_the_other():
+  """With complexity reduction, r^{0,1} is computed when 1 is in C^0 or 0 is in C^1."""
+  agg = aggregation.make("fdms", complexity_reduction=True, theta_scale=1e-3)
+  zeros = np.zeros((3, 3))
+  cand = [[False, True, True], [False, False, True], [True, True, False]]  # 0 left C^1
+  state = _hand_state(agg, zeros, zeros, cand)
+  _, new = _one_round(agg, state, [0, 1], [[1.0, 0.0], [0.0, 1.0]])
+  assert int(new.co_rounds[0, 1]) == 1 and int(new.co_rounds[1, 0]) == 1
+  assert float(new.pairs_computed) == 1 and float(new.pairs_saved) == 0
+
+
+def test_never_compared_clients_stay_candidates():
+  """After round 0 (0 and 1 active, 2 dropped), 2 was compared with nobody: it stays in
+  C^0 and C^1 however small Theta is, and with no known friend it takes the mean."""
+  agg = aggregation.make("fdms", complexity_reduction=True, theta_scale=1e-6)
+  state = agg.init(lib.make_params(), lib.make_info(np.ones(3)))
+  update, new = _one_round(agg, state, [0, 1], [[2.0, 0.0], [0.0, 2.0]])
+  np.testing.assert_array_equal(new.candidates, ~np.eye(3, dtype=bool))
+  np.testing.assert_array_equal(new.friend, [0, 1, -1])
+  np.testing.assert_allclose(update["b"], [1.0, 1.0], rtol=1e-6)
+
+
+def test_default_max_friends_is_k_minus_one():
+  """B_max defaults to K - 1 (K = 3: 2). The gap .9 - .5 sits 0.5 % above the effective
+  Theta_1 with B_max = 2, so 2 leaves C^0; with B_max = 3 Theta_1 is 1.5 % larger."""
+  theta_b2 = float(hoeffding_threshold(1, 3, 1000, 2, 0.05, 0.5, 0.0))
+  assert float(hoeffding_threshold(1, 3, 1000, 3, 0.05, 0.5, 0.0)) > 1.01 * theta_b2
+  scale = 0.4 / 1.005 / theta_b2
+  sim = [[0, 0.9, 0.5], [0.9, 0, 0.5], [0.5, 0.5, 0]]
+  for max_friends in (None, 2):
+    agg = aggregation.make(
+      "fdms", complexity_reduction=True, theta_scale=scale, max_friends=max_friends
+    )
+    state = _hand_state(agg, sim, np.ones((3, 3)), ~np.eye(3, dtype=bool))
+    _, new = _one_round(agg, state, [0], [[1.0, 0.0]])
+    np.testing.assert_array_equal(np.asarray(new.candidates)[0], [False, True, False])
+  # One client (K - 1 = 0): B_max is 1, and the round runs.
+  agg = aggregation.make("fdms", complexity_reduction=True)
+  state = agg.init(lib.make_params(), lib.make_info(np.ones(1)))
+  update, _ = _one_round(agg, state, [0], [[1.0, 2.0]])
+  np.testing.assert_allclose(update["b"], [1.0, 2.0])
+
+
+def test_delta_f_lower_bound():
+  with pytest.raises(ValueError, match="delta_f=-0.5"):
+    aggregation.make("fdms", delta_f=-0.5)
+  aggregation.make("fdms", delta_f=0.0)
