@@ -285,24 +285,37 @@ def test_never_compared_clients_stay_candidates():
 
 
 def test_default_max_friends_is_k_minus_one():
-  """B_max defaults to K - 1 (K = 3: 2). The gap .9 - .5 sits 0.5 % above the effective
-  Theta_1 with B_max = 2, so 2 leaves C^0; with B_max = 3 Theta_1 is 1.5 % larger."""
-  theta_b2 = float(hoeffding_threshold(1, 3, 1000, 2, 0.05, 0.5, 0.0))
-  assert float(hoeffding_threshold(1, 3, 1000, 3, 0.05, 0.5, 0.0)) > 1.01 * theta_b2
-  scale = 0.4 / 1.005 / theta_b2
-  sim = [[0, 0.9, 0.5], [0.9, 0, 0.5], [0.5, 0.5, 0]]
+  """B_max defaults to K - 1 (K = 3: 2). theta_scale makes the effective Theta_1 = .4 at
+  B_max = 2; client 0's gap sits 0.5 % above it (2 leaves C^0), client 1's 0.5 % below
+  (2 stays in C^1). B_max = 3 gives a 1.5 % larger Theta, B_max = 1 a 2.6 % smaller one."""
+  theta = {b: float(hoeffding_threshold(1, 3, 1000, b, 0.05, 0.5, 0.0)) for b in (1, 2, 3)}
+  assert theta[3] > 1.01 * theta[2] and theta[1] < 0.99 * theta[2]
+  sim = [[0, 0.9, 0.9 - 0.4 * 1.005], [0.9, 0, 0.9 - 0.4 * 0.995], [0.5, 0.5, 0]]
   for max_friends in (None, 2):
     agg = aggregation.make(
-      "fdms", complexity_reduction=True, theta_scale=scale, max_friends=max_friends
+      "fdms", complexity_reduction=True, theta_scale=0.4 / theta[2], max_friends=max_friends
     )
     state = _hand_state(agg, sim, np.ones((3, 3)), ~np.eye(3, dtype=bool))
     _, new = _one_round(agg, state, [0], [[1.0, 0.0]])
-    np.testing.assert_array_equal(np.asarray(new.candidates)[0], [False, True, False])
+    np.testing.assert_array_equal(np.asarray(new.candidates)[:2], [[0, 1, 0], [1, 0, 1]])
   # One client (K - 1 = 0): B_max is 1, and the round runs.
   agg = aggregation.make("fdms", complexity_reduction=True)
   state = agg.init(lib.make_params(), lib.make_info(np.ones(1)))
   update, _ = _one_round(agg, state, [0], [[1.0, 2.0]])
   np.testing.assert_allclose(update["b"], [1.0, 2.0])
+
+
+def test_a_gap_equal_to_theta_removes_the_candidate():
+  """Sec. 5.3 removes i from C^k when R^{k,best} - R^{k,i} >= Theta_t: at equality too.
+  R^{0,1} = Theta (float32, as the aggregator computes it) and R^{0,2} = 0 give a gap of
+  exactly Theta."""
+  scale = 0.1
+  theta = np.float32(scale) * np.float32(hoeffding_threshold(1, 3, 1000, 2, 0.05, 0.5, 0.0))
+  agg = aggregation.make("fdms", complexity_reduction=True, theta_scale=scale)
+  sim = [[0, theta, 0], [theta, 0, 0.5], [0, 0.5, 0]]
+  state = _hand_state(agg, sim, np.ones((3, 3)), ~np.eye(3, dtype=bool))
+  _, new = _one_round(agg, state, [0], [[1.0, 0.0]])
+  np.testing.assert_array_equal(np.asarray(new.candidates)[0], [False, True, False])
 
 
 def test_delta_f_lower_bound():
