@@ -46,3 +46,29 @@ def test_plot_active_matrix_writes_png(tmp_path):
   assert ax.get_ylabel() == "client"
   assert ax.get_title() == "MDF0.5"
   assert ax.get_xlim() == (-0.5, 29.5) and ax.get_ylim() == (-0.5, 4.5)
+
+
+def test_plot_size_scale_and_geometry(tmp_path):
+  """8 in wide, 0.08 N + 1.5 in tall within [2.5, 8], one axes, gray scale 0..1, 100 dpi."""
+  import struct
+
+  for num_clients, height in ((5, 2.5), (50, 5.5), (100, 8.0)):
+    path = tmp_path / f"m{num_clients}.png"
+    matrix = np.zeros((10, num_clients), bool)
+    matrix[3, 1] = True
+    fig = availability.plot_active_matrix(matrix, str(path))
+    np.testing.assert_allclose(fig.get_size_inches(), [8.0, height])
+    assert len(fig.axes) == 1
+    assert fig.axes[0].get_subplotspec().get_geometry() == (1, 1, 0, 0)
+    assert fig.axes[0].images[0].get_clim() == (0.0, 1.0)
+    width_px, height_px = struct.unpack(">II", path.read_bytes()[16:24])  # the IHDR chunk
+    assert (width_px, height_px) == (800, round(100 * height))
+
+
+def test_importing_the_package_does_not_import_matplotlib():
+  import subprocess
+  import sys
+
+  code = "import sys, fedjax_sel.availability; print('matplotlib' in sys.modules)"
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+  assert out.stdout.strip() == "False"
