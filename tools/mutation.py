@@ -104,7 +104,7 @@ TESTS = {
     "tests/core/test_data_arguments.py",
   ],
   "core/registry.py": ["tests/core/test_registry.py", "tests/test_library_validation.py"],
-  "core/types.py": ["tests/test_library_validation.py", "tests/core/test_reference_round.py"],
+  "core/types.py": ["tests/core/test_registry.py", "tests/core/test_reference_round.py"],
   "core/batch.py": ["tests/core/test_batch.py"],
   "core/checkpoint.py": ["tests/test_robustness.py"],
   "core/simulation.py": [

@@ -1,4 +1,4 @@
-"""The name -> constructor registry and the range check every component uses."""
+"""The name -> constructor registry, the range and integer checks, and the core types."""
 
 import math
 
@@ -105,3 +105,27 @@ def test_traced_values_pass():
 
   jax.jit(f)(5.0)
   assert seen == [True]
+
+
+def test_flags_are_keyword_only():
+  from fedjax_sel.core.registry import is_integer
+
+  with pytest.raises(TypeError):
+    is_integer(3.0, True)  # strict must be named
+  with pytest.raises(TypeError):
+    check_range("x", 0.5, 0.0, 1.0, False)  # low_inclusive must be named
+  check_range("x", 0.5, low=0.0, high=1.0, low_inclusive=False, high_inclusive=False)
+
+
+def test_types_defaults_and_sizes():
+  from fedjax_sel.core.types import ClientInfo, SelectionStrategy, empty_aux
+
+  info = ClientInfo(num_examples=jnp.ones((3,), jnp.int32), label_counts=jnp.ones((3, 4)))
+  assert (info.num_clients, info.num_classes) == (3, 4)
+  strategy = SelectionStrategy(init=None, select=None, num_selected=2)
+  assert strategy.uses_updates is False and strategy.with_replacement is False
+  assert strategy.observe is None
+  aux = empty_aux(5, 2)
+  assert aux.avail_probs.shape == (5,) and aux.num_examples.shape == (5,)
+  assert bool(jnp.all(aux.avail_probs == 1)) and bool(jnp.all(aux.num_examples == 1))
+  assert aux.finite.shape == (2,) and aux.finite.dtype == jnp.bool_ and bool(aux.finite.all())
