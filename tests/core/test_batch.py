@@ -148,3 +148,44 @@ def test_map_loop_is_bit_for_bit(small_synthetic):
     np.testing.assert_array_equal(np.asarray(ev["test_loss"][k]), ref_losses.astype(np.float32))
   with pytest.raises(ValueError, match="loop='scan'; allowed: vmap, map"):
     batch.BatchedSimulation(sim, loop="scan")
+
+
+def test_stack_of_typed_keys_and_of_python_scalars():
+  """Typed PRNG keys cannot go through numpy: they take the jnp.stack path."""
+  keys = [jax.random.key(0), jax.random.key(1)]
+  s = batch.stack([{"k": k, "x": float(i)} for i, k in enumerate(keys)])
+  assert jax.dtypes.issubdtype(s["k"].dtype, jax.dtypes.prng_key)
+  np.testing.assert_array_equal(
+    jax.random.key_data(s["k"]), np.stack([jax.random.key_data(k) for k in keys])
+  )
+  np.testing.assert_array_equal(s["x"], [0.0, 1.0])
+
+
+def test_init_with_parts_and_length_checks(small_synthetic):
+  """parts[k] replaces experiment k's components at init (here its availability rates)."""
+  sim = make_sim(small_synthetic)
+  b = batch.BatchedSimulation(sim)
+  other = {"availability": availability.make("bernoulli", probs=0.3)}
+  states = b.init([0, 0], parts=[other, {}])
+  want_other = sim.replace_parts(**other).init(0)
+  want_plain = sim.init(0)
+  for k, want in ((0, want_other), (1, want_plain)):
+    for a, x in zip(jax.tree_util.tree_leaves(want), jax.tree_util.tree_leaves(states)):
+      np.testing.assert_array_equal(np.asarray(x[k]), np.asarray(a))
+  with pytest.raises(ValueError, match="2 seeds, 1 availability seeds and 2 parts"):
+    b.init([0, 1], availability_seeds=[0])
+  with pytest.raises(ValueError, match="2 seeds, 2 availability seeds and 3 parts"):
+    b.init([0, 1], parts=[{}, {}, {}])
+
+
+def test_rounds_consume_the_states_not_the_data(small_synthetic):
+  """run_rounds donates the old stacked states (their buffers are reused) and leaves the
+  device data and the hyper-parameters usable for the next call."""
+  b = batch.BatchedSimulation(make_sim(small_synthetic))
+  states = b.init([0, 1])
+  hp = {}
+  new, _ = b.run_rounds(states, hp, 2)
+  assert all(x.is_deleted() for x in jax.tree_util.tree_leaves(states))
+  assert not any(x.is_deleted() for x in jax.tree_util.tree_leaves(b.sim.device_data))
+  new, _ = b.run_rounds(new, hp, 2)
+  assert int(new.round[0]) == 4
