@@ -179,7 +179,7 @@ def test_init_with_parts_and_length_checks(small_synthetic):
 
 
 def test_rounds_consume_the_states_not_the_data(small_synthetic):
-  """run_rounds donates the old stacked states (their buffers are reused) and leaves the
+  """run_rounds and run_evals donate the old stacked states (their buffers are reused) and leaves the
   device data and the hyper-parameters usable for the next call."""
   b = batch.BatchedSimulation(make_sim(small_synthetic))
   states = b.init([0, 1])
@@ -189,3 +189,7 @@ def test_rounds_consume_the_states_not_the_data(small_synthetic):
   assert not any(x.is_deleted() for x in jax.tree_util.tree_leaves(b.sim.device_data))
   new, _ = b.run_rounds(new, hp, 2)
   assert int(new.round[0]) == 4
+  last, _, _ = b.run_evals(new, hp, 1, 1)  # the same for run_evals
+  assert all(x.is_deleted() for x in jax.tree_util.tree_leaves(new))
+  assert not any(x.is_deleted() for x in jax.tree_util.tree_leaves(b.sim.device_data))
+  assert int(b.run_rounds(last, hp, 1)[0].round[1]) == 6
