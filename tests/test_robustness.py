@@ -515,3 +515,26 @@ def test_every_registered_components_state_round_trips_exactly(tmp_path, fmt):
   assert _avals(restored) == _avals(states)
   for a, b in zip(jax.tree.leaves(restored), jax.tree.leaves(states)):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+@pytest.mark.parametrize("fmt", ["npz", "orbax"])
+def test_checkpoint_keep_and_rounds_saved_twice_or_out_of_order(tmp_path, fmt):
+  """keep < 1 keeps the newest one; a round saved twice is not an error (a stop right after
+  a resume saves the round it resumed from); a round below the newest is written too."""
+  tree = _tree()
+  out = str(tmp_path / "keep0")
+  for r in (1, 2, 3):
+    checkpoint.save(out, tree, r, keep=0, fmt=fmt)
+  assert checkpoint.all_rounds(out) == [3]
+  out = str(tmp_path / "keep3")
+  for r in (1, 2, 3, 4):
+    checkpoint.save(out, tree, r, keep=3, fmt=fmt)
+  assert checkpoint.all_rounds(out) == [2, 3, 4]
+  out = str(tmp_path / "twice")
+  checkpoint.save(out, tree, 5, {"seconds": 1.0}, fmt=fmt)
+  checkpoint.save(out, tree, 5, {"seconds": 2.0}, fmt=fmt)
+  assert checkpoint.all_rounds(out) == [5]
+  checkpoint.save(out, tree, 3, fmt=fmt)
+  assert checkpoint.all_rounds(out) == [3, 5]
+  restored, _ = checkpoint.restore(out, tree)
+  assert _avals(restored) == _avals(tree)

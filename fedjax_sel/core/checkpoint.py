@@ -108,9 +108,14 @@ def _orbax_save(output_dir, state, round_index, extra, keep) -> str:
   ocp, manager = _orbax_manager(output_dir, keep)
   extra = dict(extra or {}, __num_leaves__=len(jax.tree_util.tree_leaves(state)))
   try:
+    if round_index in manager.all_steps():
+      # Written already (a stop right after a resume saves the round it resumed from):
+      # a round's state is the same for one configuration, and orbax refuses to overwrite.
+      return os.path.join(_orbax_root(output_dir), str(round_index))
     args = ocp.args.Composite(
       state=ocp.args.StandardSave(_orbax_leaves(state)), extra=ocp.args.JsonSave(extra)
     )
+    # force: also a round below the newest (orbax would skip it without a word)
     manager.save(round_index, args=args, force=True)
     manager.wait_until_finished()
   finally:
