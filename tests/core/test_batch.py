@@ -45,7 +45,9 @@ def assert_same_experiment(ref_state, ref_losses, ref_accs, states, ev, k):
     np.asarray(ref_state.sampling_counts), np.asarray(states.sampling_counts[k])
   )
   assert int(states.round[k]) == int(ref_state.round)
-  for a, b in zip(jax.tree_util.tree_leaves(ref_state.params), jax.tree_util.tree_leaves(states.params)):
+  for a, b in zip(
+    jax.tree_util.tree_leaves(ref_state.params), jax.tree_util.tree_leaves(states.params)
+  ):
     np.testing.assert_allclose(np.asarray(b[k]), np.asarray(a), rtol=0, atol=1e-6)
   np.testing.assert_allclose(np.asarray(ev["test_loss"][k]), ref_losses, rtol=0, atol=1e-5)
   np.testing.assert_allclose(np.asarray(ev["test_accuracy"][k]), ref_accs, rtol=0, atol=1e-6)
@@ -62,12 +64,16 @@ def test_seeds_batched_equal_sequential(small_synthetic, loop):
   for k, s in enumerate(seeds):
     assert_same_experiment(*sequential(sim, s, 3, 4), states, ev, k)
   # the seeds really differ (a batch of copies would pass the loop above only for seed 0)
-  assert not np.array_equal(np.asarray(states.sampling_counts[0]), np.asarray(states.sampling_counts[1]))
+  assert not np.array_equal(
+    np.asarray(states.sampling_counts[0]), np.asarray(states.sampling_counts[1])
+  )
   # run_rounds + evaluate on the batch agree with the fused program
   s2, m2 = b.run_rounds(b.init(seeds), {}, 4)
   ev2 = b.evaluate(s2, {})
   assert m2["num_selected"].shape == (3, 4)
-  np.testing.assert_allclose(np.asarray(ev2["test_loss"]), np.asarray(ev["test_loss"][:, 0]), atol=1e-5)
+  np.testing.assert_allclose(
+    np.asarray(ev2["test_loss"]), np.asarray(ev["test_loss"][:, 0]), atol=1e-5
+  )
 
 
 @pytest.mark.parametrize(
@@ -142,8 +148,12 @@ def test_map_loop_is_bit_for_bit(small_synthetic):
   states, _, ev = b.run_evals(b.init(seeds), {}, 3, 4)
   for k, s in enumerate(seeds):
     ref_state, ref_losses, _ = sequential(sim, s, 3, 4)
-    np.testing.assert_array_equal(np.asarray(states.sampling_counts[k]), np.asarray(ref_state.sampling_counts))
-    for a, x in zip(jax.tree_util.tree_leaves(ref_state.params), jax.tree_util.tree_leaves(states.params)):
+    np.testing.assert_array_equal(
+      np.asarray(states.sampling_counts[k]), np.asarray(ref_state.sampling_counts)
+    )
+    for a, x in zip(
+      jax.tree_util.tree_leaves(ref_state.params), jax.tree_util.tree_leaves(states.params)
+    ):
       np.testing.assert_array_equal(np.asarray(x[k]), np.asarray(a))
     np.testing.assert_array_equal(np.asarray(ev["test_loss"][k]), ref_losses.astype(np.float32))
   with pytest.raises(ValueError, match="loop='scan'; allowed: vmap, map"):
@@ -179,8 +189,8 @@ def test_init_with_parts_and_length_checks(small_synthetic):
 
 
 def test_rounds_consume_the_states_not_the_data(small_synthetic):
-  """run_rounds and run_evals donate the old stacked states (their buffers are reused) and leaves the
-  device data and the hyper-parameters usable for the next call."""
+  """run_rounds and run_evals donate the old stacked states (their buffers are reused)
+  and leave the device data and the hyper-parameters usable for the next call."""
   b = batch.BatchedSimulation(make_sim(small_synthetic))
   states = b.init([0, 1])
   hp = {}

@@ -249,7 +249,8 @@ def test_auto_chunk_by_hand_and_in_simulation():
   assert _sim(data).eval_chunk == 1024  # dense models: as before issue 23, bit for bit
   cnn = _sim(data, model="cnn_mnist")
   # the simulation's chunk is the largest power of two within 512 MB of its estimate
-  per = evaluation.bytes_per_example(cnn.model.apply, jax.eval_shape(cnn.model.init, jax.random.PRNGKey(0)), (8, 8, 1))
+  shapes = jax.eval_shape(cnn.model.init, jax.random.PRNGKey(0))
+  per = evaluation.bytes_per_example(cnn.model.apply, shapes, (8, 8, 1))
   assert cnn.eval_chunk == min(1024, 1 << ((512 << 20) // per).bit_length() - 1)
   m28 = models.make("cnn_mnist", (28, 28, 1), 10, conv_impl="im2col")
   p28 = jax.eval_shape(m28.init, jax.random.PRNGKey(0))

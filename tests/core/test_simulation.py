@@ -174,3 +174,54 @@ def test_availability_matches_rollout_and_ignores_selection(small_synthetic):
   active, _ = rollout(sim.availability, sim.info, jax.random.PRNGKey(5), 8)
   np.testing.assert_array_equal(seen["uniform"], np.asarray(active).sum(1))
   np.testing.assert_array_equal(seen["md"], seen["uniform"])
+
+
+PLACEMENT_SCRIPT = textwrap.dedent("""
+    import json, sys
+    import jax
+    from jax.sharding import PartitionSpec as P
+    sys.path.insert(0, {tests!r})
+    from core.test_simulation import make_sim
+    from fedjax_sel.data.synthetic import synthetic
+    name = lambda spec: {{P(): "replicated", P("clients"): "split"}}.get(spec, str(spec))
+    out = {{}}
+    for n in (12, 13):
+      sim = make_sim(synthetic(0.5, 0.5, num_clients=n, seed=3), m=4, par="auto", agg="mifa")
+      state = sim.init(0)
+      specs = sim.state_shardings(state)
+      out[n] = {{
+        "params": sorted({{name(s.spec) for s in jax.tree_util.tree_leaves(specs.params)}}),
+        "memory": sorted({{name(s.spec) for s in jax.tree_util.tree_leaves(
+          specs.aggregation_state)}}),
+        "placed": sorted({{name(x.sharding.spec) for x in jax.tree_util.tree_leaves(
+          sim.place_state(state).aggregation_state) if x.ndim >= 2}}),
+        "round": name(specs.round.spec),
+      }}
+    print(json.dumps(out))
+""")
+
+
+def test_per_client_state_is_split_over_the_client_mesh():
+  """With 2 devices, MIFA's [N, ...] memory is split along its client axis when N is a
+  multiple of 2 and replicated otherwise; the model and the counters are replicated."""
+  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2")
+  env["JAX_PLATFORMS"] = "cpu"
+  script = PLACEMENT_SCRIPT.format(tests=os.path.dirname(os.path.dirname(__file__)))
+  run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+  assert run.returncode == 0, run.stderr[-2000:]
+  out = json.loads(run.stdout.strip().splitlines()[-1])
+  assert out["12"]["params"] == ["replicated"]
+  assert "split" in out["12"]["memory"]
+  assert out["12"]["placed"] == ["split"]
+  assert out["12"]["round"] == "replicated"
+  assert out["13"]["memory"] == ["replicated"]
+  assert out["13"]["placed"] == ["replicated"]
+
+
+def test_all_finite_per_slot_with_one_leaf_and_several():
+  from fedjax_sel.core.simulation import _all_finite_per_slot
+
+  one = {"w": jnp.array([[1.0, 2.0], [jnp.nan, 0.0], [0.0, jnp.inf]])}
+  np.testing.assert_array_equal(_all_finite_per_slot(one), [True, False, False])
+  two = dict(one, b=jnp.array([jnp.inf, 0.0, 0.0]))
+  np.testing.assert_array_equal(_all_finite_per_slot(two), [False, False, False])
