@@ -210,6 +210,25 @@ def git_head(tree: str) -> str:
   ).stdout.strip()
 
 
+def measure_coverage(wt, python, module, tests, keyword, data_file, cache_dir) -> None:
+  """Runs the module's tests once, unmutated, under coverage with one context per test
+  (pytest-cov's ``--cov-context=test``): ``tools/mutation_tests.py`` then runs, for each
+  mutant, only the tests that executed its lines."""
+  env = dict(os.environ, JAX_PLATFORMS="cpu", COVERAGE_FILE=data_file)
+  if cache_dir:
+    env.update(
+      JAX_COMPILATION_CACHE_DIR=cache_dir,
+      JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+      JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0",
+    )
+  cmd = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--cov-context=test"]
+  cmd += [f"--cov={os.path.dirname(module)}", "--cov-report=", *tests]
+  cmd += ["-k", keyword] if keyword else []
+  start = time.time()
+  run(["nice", "-n", "19", *cmd], wt, env=env, stdout=subprocess.DEVNULL)
+  print(f"{module}: coverage of {len(tests)} test files in {time.time() - start:.0f} s", flush=True)
+
+
 def config_text(
   module: str,
   tests: list[str],
@@ -217,6 +236,7 @@ def config_text(
   timeout: float,
   cache_dir: str | None = None,
   keyword: str | None = None,
+  coverage_data: str | None = None,
 ) -> str:
   # A persistent XLA compilation cache shared by the mutants of a file: its key is the
   # compiled program (HLO), so a mutant that changes what a test traces compiles afresh and
@@ -239,8 +259,11 @@ def config_text(
       "XLA_PYTHON_CLIENT_PREALLOCATE=false",
       *cache,
       python,
-      "-m",
-      "pytest",
+      *(
+        ["tools/mutation_tests.py", "--module", module, "--coverage-data", coverage_data, "--"]
+        if coverage_data
+        else ["-m", "pytest"]
+      ),
       "-x",
       "-q",
       "-p",
@@ -339,6 +362,12 @@ def main(argv=None) -> int:
     help="files mutated side by side, each in its own worktree (default 1)",
   )
   p.add_argument(
+    "--coverage",
+    action="store_true",
+    help="run each mutant's tests only where they executed its lines (needs pytest-cov; "
+    "the unmutated tests run once under coverage first; tools/mutation_tests.py)",
+  )
+  p.add_argument(
     "--no-compile-cache",
     action="store_true",
     help="compile every mutant's programs afresh (no persistent XLA cache)",
@@ -367,12 +396,14 @@ def main(argv=None) -> int:
     tests = TESTS.get(f"{args.package}/{f}", PACKAGE_TESTS[args.package])
     cfg, session = stem_of(f) + ".toml", stem_of(f) + ".sqlite"
     cache = None if args.no_compile_cache else os.path.join(wt, ".jax-compile-cache")
+    keyword = KEYWORDS.get(f"{args.package}/{f}")
+    coverage_data = None
+    if args.coverage:
+      coverage_data = os.path.abspath(stem_of(f) + ".coverage")
+      if not os.path.exists(coverage_data):
+        measure_coverage(wt, args.python, module, tests, keyword, coverage_data, cache)
     with open(cfg, "w") as fh:
-      fh.write(
-        config_text(
-          module, tests, args.python, args.timeout, cache, KEYWORDS.get(f"{args.package}/{f}")
-        )
-      )
+      fh.write(config_text(module, tests, args.python, args.timeout, cache, keyword, coverage_data))
     start = time.time()
     if args.rerun_survivors:
       # A killed mutant stays killed when tests are only added; the survivors run again.
