@@ -353,7 +353,7 @@ def main(argv=None) -> int:
     "--resume",
     action="store_true",
     help="continue existing sessions: run only their mutants without a result (after an "
-    "interrupted run; the worktree must still be at the session's commit)",
+    "interrupted run; refused where the module changed since the session's commit)",
   )
   p.add_argument(
     "--jobs",
@@ -410,13 +410,15 @@ def main(argv=None) -> int:
       with sqlite3.connect(session) as db:
         db.execute("DELETE FROM work_results WHERE test_outcome = 'SURVIVED'")
     elif args.resume and os.path.exists(session):
-      # `exec` runs only the mutants that have no result yet, in a tree at their commit.
+      # `exec` runs only the mutants that have no result yet, in a tree whose module is the
+      # one they were made from (the tests may be newer).
       with open(stem_of(f) + ".commit") as fh:
         made_from = fh.read().strip()
-      if made_from != git_head(wt):
+      moved = subprocess.run(["git", "diff", "--quiet", made_from, "HEAD", "--", module], cwd=wt)
+      if moved.returncode:  # the module changed since its mutants were made
         raise SystemExit(
-          f"--resume: {f}'s mutants were made from {made_from[:8]}, {wt} is at "
-          f"{git_head(wt)[:8]}; give the --workdir of that session"
+          f"--resume: {module} changed between {made_from[:8]} (its mutants) and {wt}'s "
+          f"HEAD {git_head(wt)[:8]}; run it without --resume"
         )
     else:
       if os.path.exists(session):
