@@ -203,3 +203,22 @@ def test_rounds_consume_the_states_not_the_data(small_synthetic):
   assert all(x.is_deleted() for x in jax.tree_util.tree_leaves(new))
   assert not any(x.is_deleted() for x in jax.tree_util.tree_leaves(b.sim.device_data))
   assert int(b.run_rounds(last, hp, 1)[0].round[1]) == 6
+
+
+def test_make_parts_is_used_only_with_hparams(small_synthetic):
+  """With make_parts but no swept values, every experiment is the base simulation (the
+  callback is not called); without make_parts, swept values are ignored."""
+  sim = make_sim(small_synthetic)
+
+  def make_parts(hp):
+    return {"availability": availability.make("ln", beta=hp["beta"])}
+
+  plain = batch.BatchedSimulation(sim)
+  ref, _ = plain.run_rounds(plain.init([0, 1]), {}, 2)
+  for b, hp in (
+    (batch.BatchedSimulation(sim, make_parts), {}),
+    (plain, {"beta": jnp.asarray([0.1, 0.9])}),
+  ):
+    got, _ = b.run_rounds(b.init([0, 1]), hp, 2)
+    for a, x in zip(jax.tree_util.tree_leaves(ref), jax.tree_util.tree_leaves(got)):
+      np.testing.assert_array_equal(np.asarray(x), np.asarray(a))
