@@ -258,8 +258,13 @@ def test_auto_chunk_by_hand_and_in_simulation():
   assert evaluation.auto_chunk(m28.apply, p28, (28, 28, 1), 512 << 20) == 128
   with pytest.raises(ValueError, match="eval_chunk"):
     simulation.Simulation(
-      data, cnn.model, availability.make("idl"), selection.make("uniform", num_selected=2),
-      aggregation.make("fedavg"), client.make("sgd"), simulation.SimulationConfig(eval_chunk=-1),
+      data,
+      cnn.model,
+      availability.make("idl"),
+      selection.make("uniform", num_selected=2),
+      aggregation.make("fedavg"),
+      client.make("sgd"),
+      simulation.SimulationConfig(eval_chunk=-1),
     )
 
 

@@ -353,6 +353,7 @@ def cnn_engine_run(parallelism: str) -> dict:
 def test_cnn_auto_one_client_per_device_equals_per_client_loop(devices):
   """auto for CNNs on CPU: the flat loop on one device, one lane per device on two (each a
   flat loop over its share of the cohort); both equal the per-client loop and each other."""
+
   def run(n, parallelism):
     env = dict(
       os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={n}", JAX_PLATFORMS="cpu"
@@ -414,7 +415,5 @@ def test_per_slot_lr_equals_each_slot_at_its_own_lr(small_synthetic, parallelism
     assert _max_diff(slot(out.deltas), slot(alone.deltas)) < 1e-6
     np.testing.assert_allclose(out.loss[i], alone.loss[i], atol=1e-6)
   # the lrs differ enough to matter: slot 1 (lr 0.2) moved far more than slot 3 (0.005)
-  norm = lambda i: float(
-    sum(jnp.sum(jnp.abs(a[i])) for a in jax.tree_util.tree_leaves(out.deltas))
-  )
+  norm = lambda i: float(sum(jnp.sum(jnp.abs(a[i])) for a in jax.tree_util.tree_leaves(out.deltas)))
   assert norm(1) > 5 * norm(3) > 0

@@ -228,3 +228,21 @@ def test_metrics_jsonl_and_summary_values(tmp_path):
       assert summary[k] == pytest.approx(v, rel=1e-9), k
     else:
       assert summary[k] == v, k
+
+
+def test_accuracy_distribution_with_no_client_holding_test_data():
+  """No client with local test data: every statistic is 0, not NaN (k and the tail are at
+  least 1)."""
+  from fedjax_sel.core.evaluation import accuracy_distribution
+
+  out = accuracy_distribution(jnp.array([0.5, 0.25, 1.0]), jnp.zeros((3,), bool))
+  for name, value in out.items():
+    assert float(value) == 0.0, name
+  # one client with data: it is the mean, the worst and the best 10 %; variance 0
+  out = accuracy_distribution(jnp.array([0.5, 0.25, 1.0]), jnp.array([False, True, False]))
+  assert {k: float(v) for k, v in out.items()} == {
+    "client_acc_mean": 0.25,
+    "client_acc_var": 0.0,
+    "client_acc_worst10": 0.25,
+    "client_acc_best10": 0.25,
+  }

@@ -225,3 +225,31 @@ def test_all_finite_per_slot_with_one_leaf_and_several():
   np.testing.assert_array_equal(_all_finite_per_slot(one), [True, False, False])
   two = dict(one, b=jnp.array([jnp.inf, 0.0, 0.0]))
   np.testing.assert_array_equal(_all_finite_per_slot(two), [False, False, False])
+
+
+def test_update_sketch_has_the_sketch_dim(small_synthetic):
+  """Strategies that learn from updates keep f32[N, d] sketches, d = min(sketch_dim, P);
+  the others keep f32[N, 0]."""
+  sim = make_sim(small_synthetic)
+  n = sim.num_clients
+  assert sim.init(0).update_sketch.shape == (n, 0)
+  model = models.make("logreg", small_synthetic.input_shape, small_synthetic.num_classes)
+  sim = simulation.Simulation(
+    small_synthetic,
+    model,
+    availability.make("idl"),
+    selection.make("clustered_similarity", num_selected=4),
+    aggregation.make("fedavg"),
+    client.make("sgd"),
+    simulation.SimulationConfig(
+      client_lr=0.1, sketch_dim=8, engine=engine.EngineConfig(batch_size=10, local_steps=2)
+    ),
+  )
+  state = sim.init(0)
+  assert state.update_sketch.shape == (n, 8)
+  state, _ = sim.round_step(state)
+  assert state.update_sketch.shape == (n, 8)
+  # the rows of the round's cohort (sampled with replacement: its distinct clients)
+  np.testing.assert_array_equal(
+    np.asarray(jnp.any(state.update_sketch != 0, axis=1)), np.asarray(state.sampling_counts > 0)
+  )
