@@ -246,3 +246,40 @@ def test_accuracy_distribution_with_no_client_holding_test_data():
     "client_acc_worst10": 0.25,
     "client_acc_best10": 0.25,
   }
+
+
+def test_jaxpr_bytes_and_bytes_per_example_by_hand():
+  import jax
+
+  # x * 2 on f32[3] produces one f32[3]: 12 bytes; sin then a sum: 12 + 4.
+  jaxpr = jax.make_jaxpr(lambda x: x * 2.0)(jnp.ones((3,), jnp.float32)).jaxpr
+  assert evaluation._jaxpr_bytes(jaxpr) == 12
+  jaxpr = jax.make_jaxpr(lambda x: jnp.sum(jnp.sin(x)))(jnp.ones((3,), jnp.float32)).jaxpr
+  assert evaluation._jaxpr_bytes(jaxpr) == 16
+  # a forward that produces f32[B, 5] then f32[B]: 24 bytes per example
+  apply = lambda p, x: jnp.sum(jnp.tanh(x), axis=-1)
+  assert evaluation.bytes_per_example(apply, None, (5,)) == 24
+  # nothing that grows with the batch: at least 1 byte (a chunk bound, never a division by 0)
+  assert evaluation.bytes_per_example(lambda p, x: p, jnp.ones(3), (5,)) == 1
+
+
+def test_example_stats_of_an_empty_and_a_one_example_test_set():
+  import optax
+
+  apply = lambda p, x: x @ p
+  params = jnp.array([[1.0, -1.0], [0.5, 0.25]])
+  empty = evaluation.eval_arrays(np.zeros((0, 2), np.float32), np.zeros((0,), np.int32))
+  loss, correct = evaluation.example_stats(apply, params, empty)
+  assert loss.shape == (0,) and correct.shape == (0,)
+  x = np.array([[1.0, 2.0]], np.float32)
+  one = evaluation.eval_arrays(x, np.array([1], np.int32))
+  loss, correct = evaluation.example_stats(apply, params, one, chunk=1024)
+  logits = x @ np.asarray(params)  # [[2, -0.5]]: class 0 wins, label 1
+  want = optax.softmax_cross_entropy_with_integer_labels(jnp.asarray(logits), jnp.array([1]))
+  np.testing.assert_allclose(loss, want, rtol=1e-6)
+  np.testing.assert_array_equal(correct, [0.0])
+
+
+def test_inverse_counts_of_empty_clients_is_one():
+  np.testing.assert_array_equal(evaluation.inverse_counts([0, 2, 4]), [1.0, 0.5, 0.25])
+  np.testing.assert_array_equal(evaluation.client_of_examples(np.array([2, 0, 1])), [0, 0, 2])
