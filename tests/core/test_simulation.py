@@ -219,7 +219,15 @@ def test_per_client_state_is_split_over_the_client_mesh():
 
 
 def test_all_finite_per_slot_with_one_leaf_and_several():
-  from fedjax_sel.core.simulation import _all_finite_per_slot
+  from fedjax_sel.core.simulation import _all_finite_per_slot, _mask_slots
+
+  # a dropped slot's delta reaches the aggregator and the client rule as exact zeros
+  masked = _mask_slots(
+    {"w": jnp.array([[1.0, 2.0], [jnp.nan, 3.0]]), "b": jnp.array([4.0, jnp.inf])},
+    jnp.array([True, False]),
+  )
+  np.testing.assert_array_equal(masked["w"], [[1.0, 2.0], [0.0, 0.0]])
+  np.testing.assert_array_equal(masked["b"], [4.0, 0.0])
 
   one = {"w": jnp.array([[1.0, 2.0], [jnp.nan, 0.0], [0.0, jnp.inf]])}
   np.testing.assert_array_equal(_all_finite_per_slot(one), [True, False, False])
