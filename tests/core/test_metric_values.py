@@ -283,3 +283,18 @@ def test_example_stats_of_an_empty_and_a_one_example_test_set():
 def test_inverse_counts_of_empty_clients_is_one():
   np.testing.assert_array_equal(evaluation.inverse_counts([0, 2, 4]), [1.0, 0.5, 0.25])
   np.testing.assert_array_equal(evaluation.client_of_examples(np.array([2, 0, 1])), [0, 0, 2])
+
+
+def test_per_client_stats_defaults_and_a_one_example_client():
+  """Client 0 holds one local test example, client 1 none, client 2 two; inputs are used
+  as they are (default divisor 1)."""
+  apply = lambda p, x: x @ p
+  params = jnp.eye(2)
+  x = np.array([[3.0, 1.0], [0.0, 2.0], [1.0, 0.0]], np.float32)  # argmax: 0, 1, 0
+  data = evaluation.eval_arrays(x, np.array([0, 1, 1], np.int32))
+  loss, acc, has = evaluation.per_client_stats(apply, params, data, jnp.array([1, 0, 2]))
+  np.testing.assert_array_equal(has, [True, False, True])
+  np.testing.assert_allclose(acc, [1.0, 0.0, 0.5])
+  lse = lambda z: np.log(np.exp(z).sum())
+  want = [lse(x[0]) - 3.0, 0.0, ((lse(x[1]) - 2.0) + (lse(x[2]) - 0.0)) / 2]
+  np.testing.assert_allclose(loss, want, rtol=1e-6)
