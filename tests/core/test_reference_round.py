@@ -19,7 +19,7 @@ from fedjax_sel.core.types import AvailabilityModel, Selection, SelectionStrateg
 from fedjax_sel.data.federated import ClientSplit, FederatedData
 
 SIZES = np.array([7, 3, 12, 5, 9, 4], np.int32)  # none a multiple of the batches used (5, 4)
-DIM, CLASSES, ROUNDS = 4, 3, 3
+DIM, CLASSES, ROUNDS = 4, 3, 4
 
 
 def make_data(seed=0) -> FederatedData:
@@ -39,11 +39,12 @@ def make_data(seed=0) -> FederatedData:
 
 
 # Round t's cohort slots (M = 3), their validity and who is available. Round 1 puts the
-# unavailable client 5 in a valid slot: it trains but its update must not arrive.
-COHORTS = np.array([[0, 2, 4], [1, 5, 2], [3, 0, 1]], np.int32)
-VALID = np.array([[1, 1, 1], [1, 1, 1], [1, 1, 0]], bool)
+# unavailable client 5 in a valid slot: it trains but its update must not arrive. Round 3
+# has one valid slot (the train loss is that client's own).
+COHORTS = np.array([[0, 2, 4], [1, 5, 2], [3, 0, 1], [4, 2, 0]], np.int32)
+VALID = np.array([[1, 1, 1], [1, 1, 1], [1, 1, 0], [1, 0, 0]], bool)
 AVAIL = np.array(
-  [[1, 1, 1, 1, 1, 1], [1, 1, 1, 0, 1, 0], [1, 1, 0, 1, 0, 1]],
+  [[1, 1, 1, 1, 1, 1], [1, 1, 1, 0, 1, 0], [1, 1, 0, 1, 0, 1], [1, 1, 1, 1, 1, 1]],
   bool,
 )
 
@@ -247,8 +248,9 @@ def test_simulation_equals_numpy_reference(case):
 def test_per_client_step_lr_values():
   """The lrs of the per-client StepLR case, worked out by hand from the cohort table."""
   _, _, metrics, _, records, _ = run_both(**CASES["logreg-per-client-step-lr-lanes"])
-  np.testing.assert_allclose(np.asarray(metrics["client_lr"]), [0.3, 0.25, 0.225], rtol=1e-6)
-  assert [r["client_lr"] for r in records] == pytest.approx([0.3, 0.25, 0.225])
+  # round 3: client 4 alone, in its second participation: 0.3 x 0.5
+  np.testing.assert_allclose(np.asarray(metrics["client_lr"]), [0.3, 0.25, 0.225, 0.15], rtol=1e-6)
+  assert [r["client_lr"] for r in records] == pytest.approx([0.3, 0.25, 0.225, 0.15])
 
 
 def test_server_lr_scales_the_step():
