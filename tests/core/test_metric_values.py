@@ -298,3 +298,24 @@ def test_per_client_stats_defaults_and_a_one_example_client():
   lse = lambda z: np.log(np.exp(z).sum())
   want = [lse(x[0]) - 3.0, 0.0, ((lse(x[1]) - 2.0) + (lse(x[2]) - 0.0)) / 2]
   np.testing.assert_allclose(loss, want, rtol=1e-6)
+
+
+def test_per_client_stats_of_an_empty_local_test_set():
+  apply = lambda p, x: x @ p
+  empty = evaluation.eval_arrays(np.zeros((0, 2), np.float32), np.zeros((0,), np.int32))
+  loss, acc, has = evaluation.per_client_stats(apply, jnp.eye(2), empty, jnp.zeros(3, jnp.int32))
+  np.testing.assert_array_equal(has, [False, False, False])
+  np.testing.assert_array_equal(loss, [0.0, 0.0, 0.0])
+  np.testing.assert_array_equal(acc, [0.0, 0.0, 0.0])
+
+
+def test_auto_chunk_at_the_budget_boundaries():
+  """24 bytes per example (f32[B, 5] then f32[B]): a budget of exactly max_chunk examples
+  gives max_chunk (also when it is not a power of two); one byte less, the power of two
+  below."""
+  apply = lambda p, x: jnp.sum(jnp.tanh(x), axis=-1)
+  assert evaluation.auto_chunk(apply, None, (5,), 24 * 1000, max_chunk=1000) == 1000
+  assert evaluation.auto_chunk(apply, None, (5,), 24 * 1000 - 1, max_chunk=1000) == 512
+  assert evaluation.auto_chunk(apply, None, (5,), 24 * 5000, max_chunk=1000) == 1000
+  assert evaluation.auto_chunk(apply, None, (5,), 24 * 3, max_chunk=1000) == 2
+  assert evaluation.auto_chunk(apply, None, (5,), 10, max_chunk=1000) == 1  # below one example
