@@ -388,3 +388,23 @@ def test_eval_chunk_follows_the_memory_budget(small_synthetic):
   )
   want = 1 << ((1 << 20) // per).bit_length() - 1
   assert want < 1024 and sim.eval_chunk == want
+
+
+def test_seed_streams_are_the_documented_ones(small_synthetic):
+  """init's key derivation is part of the reproducibility contract (a seed gives the same
+  run in every version): model and selection from split(PRNGKey(seed)), rounds from
+  fold_in(PRNGKey(seed), 1), availability from PRNGKey(availability_seed)."""
+  from fedjax_sel.availability.rollout import split_availability_key
+
+  sim = make_sim(small_synthetic, avail="ln", avail_hp={"beta": 0.5})
+  state = sim.init(seed=7, availability_seed=9)
+  key = jax.random.PRNGKey(7)
+  k_model, _ = jax.random.split(key)
+  np.testing.assert_array_equal(state.key, jax.random.fold_in(key, 1))
+  for a, b in zip(
+    jax.tree_util.tree_leaves(state.params), jax.tree_util.tree_leaves(sim.model.init(k_model))
+  ):
+    np.testing.assert_array_equal(a, b)
+  np.testing.assert_array_equal(
+    state.availability_key, split_availability_key(jax.random.PRNGKey(9))[1]
+  )
