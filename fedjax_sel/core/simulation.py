@@ -482,11 +482,6 @@ class Simulation:
       seed: model/training seed (init, selection and local batch order).
       availability_seed: the separate seed of availability draws (defaults to ``seed``),
         so every method in a comparison sees the same active clients each round.
-
-    The streams (fixed, so a seed gives the same run in every version): ``k_model, k_sel =
-    split(PRNGKey(seed))`` initialize the model and the selection state; the rounds draw
-    from ``fold_in(PRNGKey(seed), 1)``; availability from ``PRNGKey(availability_seed)``
-    as ``availability.rollout`` splits it.
     """
     for name, value in (("seed", seed), ("availability_seed", availability_seed)):
       if is_integer(value, strict=True) and value < 0:
