@@ -538,3 +538,14 @@ def test_checkpoint_keep_and_rounds_saved_twice_or_out_of_order(tmp_path, fmt):
   assert checkpoint.all_rounds(out) == [3, 5]
   restored, _ = checkpoint.restore(out, tree)
   assert _avals(restored) == _avals(tree)
+
+
+def test_checkpoint_format_choice(monkeypatch):
+  """orbax when asked, or automatically when several processes run; npz otherwise."""
+  assert checkpoint.use_orbax("orbax") and not checkpoint.use_orbax("npz")
+  assert not checkpoint.use_orbax(None)  # one process
+  monkeypatch.setattr(jax, "process_count", lambda: 2)
+  assert checkpoint.use_orbax(None) and checkpoint.use_orbax("orbax")
+  assert not checkpoint.use_orbax("npz")
+  with pytest.raises(ValueError, match="checkpoint format 'zip'; allowed: orbax, npz"):
+    checkpoint.use_orbax("zip")
