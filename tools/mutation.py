@@ -106,7 +106,11 @@ TESTS = {
   "core/registry.py": ["tests/core/test_registry.py", "tests/test_library_validation.py"],
   "core/types.py": ["tests/core/test_registry.py", "tests/core/test_reference_round.py"],
   "core/batch.py": ["tests/core/test_batch.py"],
-  "core/checkpoint.py": ["tests/test_robustness.py"],
+  # the multi-process resume test covers the branch of arrays no process fully holds
+  "core/checkpoint.py": [
+    "tests/test_robustness.py",
+    "tests/experiments/test_multiprocess.py",
+  ],
   "core/simulation.py": [
     "tests/test_library_validation.py",
     "tests/core/test_reference_round.py",

@@ -408,3 +408,23 @@ def test_seed_streams_are_the_documented_ones(small_synthetic):
   np.testing.assert_array_equal(
     state.availability_key, split_availability_key(jax.random.PRNGKey(9))[1]
   )
+
+
+def test_evaluation_before_any_round_and_losses_of_an_empty_client(small_synthetic):
+  """Before round 0 nothing ran: the useful-step fraction is 0, not 0 / 0. A client without
+  examples has mean loss 0 (the masked sum over max(count, 1))."""
+  from fedjax_sel.core.simulation import _mean_client_losses
+
+  sim = make_sim(small_synthetic)
+  ev = sim.evaluate(sim.init(0))
+  assert float(ev["useful_step_fraction"]) == 0.0
+  assert float(ev["sampling_count_mean"]) == 0.0 and float(ev["sampling_count_var"]) == 0.0
+  apply = lambda p, x: x @ p
+  x = jnp.array([[1.0, 0.0], [0.0, 1.0]])
+  y = jnp.array([0, 1], jnp.int32)
+  table = jnp.arange(256, dtype=jnp.float32)  # unused for float inputs
+  losses = _mean_client_losses(
+    apply, jnp.eye(2), jnp.array([0, 1]), x, y, jnp.array([0, 2]), jnp.array([2, 0]), 2, table
+  )
+  lse = np.log(np.exp(1.0) + 1.0)
+  np.testing.assert_allclose(losses, [lse - 1.0, 0.0], rtol=1e-6)
