@@ -380,6 +380,7 @@ def _tree():
     "mask": jnp.array([True, False, True]),
     "count": jnp.asarray(5, jnp.int32),
     "weak": jnp.asarray(0.25),  # a weakly typed float scalar
+    "weak_vec": jnp.broadcast_to(jnp.asarray(-0.5), (3,)),  # and a weakly typed vector
     "half": jnp.asarray([1.5, -2.25], jnp.bfloat16),
   }
 
@@ -433,7 +434,7 @@ def test_checkpoint_of_another_config_is_refused(tmp_path, fmt):
   checkpoint.save(out, _tree(), 1, fmt=fmt)
   with pytest.raises(checkpoint.CheckpointMismatchError, match=r"expects float32\[3, 3\]"):
     checkpoint.restore(out, dict(_tree(), w=jnp.zeros((3, 3))))
-  with pytest.raises(checkpoint.CheckpointMismatchError, match="has 6 arrays"):
+  with pytest.raises(checkpoint.CheckpointMismatchError, match="has 7 arrays"):
     checkpoint.restore(out, dict(_tree(), extra=jnp.zeros(2)))
 
 

@@ -180,7 +180,10 @@ def _orbax_read(output_dir: str, round_index: int, template: Any) -> tuple[Any, 
 
 @jax.jit
 def _weak_like(ref, value):
-  return jax.lax.full_like(ref, value)
+  """``value`` as a weakly typed array of ``ref``'s dtype and shape (any shape: ``full_like``
+  takes scalars only, so it is mapped over the elements; a weak type survives the map)."""
+  flat = jax.vmap(jax.lax.full_like)(ref.reshape(-1), jnp.reshape(value, -1))
+  return flat.reshape(ref.shape)
 
 
 def save(
@@ -259,9 +262,8 @@ def _like(ref: Any, arr: np.ndarray) -> Any:
   if not ref.is_fully_addressable:  # several processes, each holding the whole file
     out = jax.jit(lambda a: a, out_shardings=ref.sharding)(np.asarray(arr, ref.dtype))
     return _weak_like(ref, out) if ref.weak_type else out
-  if ref.weak_type and arr.ndim == 0:
-    out = jnp.asarray(arr.item(), ref.dtype)
-    out = jax.lax.full_like(ref, out)  # full_like keeps the template's weak type
+  if ref.weak_type:  # a weakly typed leaf (scalar or not) comes back weakly typed
+    out = _weak_like(ref, jnp.asarray(arr))
   else:
     out = jnp.asarray(arr, ref.dtype)
   try:
