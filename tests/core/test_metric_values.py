@@ -319,3 +319,29 @@ def test_auto_chunk_at_the_budget_boundaries():
   assert evaluation.auto_chunk(apply, None, (5,), 24 * 5000, max_chunk=1000) == 1000
   assert evaluation.auto_chunk(apply, None, (5,), 24 * 3, max_chunk=1000) == 2
   assert evaluation.auto_chunk(apply, None, (5,), 10, max_chunk=1000) == 1  # below one example
+
+
+def test_closed_over_evals_with_their_defaults_and_tiny_sets():
+  """make_global_eval / make_per_client_eval use the inputs as given (divisor 1); a chunk of
+  0 is read as 1; a local test set of one example is evaluated, not skipped."""
+  apply = lambda p, x: x @ p
+  params = jnp.eye(2)
+  x = np.array([[3.0, 1.0], [0.0, 2.0], [1.0, 0.0]], np.float32)
+  y = np.array([0, 1, 1], np.int32)
+  lse = lambda z: float(np.log(np.exp(z).sum()))
+  losses = [lse(x[i]) - x[i, y[i]] for i in range(3)]
+  loss, acc = evaluation.make_global_eval(apply, x, y)(params)
+  assert float(loss) == pytest.approx(np.mean(losses), rel=1e-5)
+  assert float(acc) == pytest.approx(2 / 3)
+  loss_k, acc_k, has = evaluation.make_per_client_eval(apply, x, y, np.array([1, 2]))(params)
+  np.testing.assert_allclose(loss_k, [losses[0], (losses[1] + losses[2]) / 2], rtol=1e-5)
+  np.testing.assert_allclose(acc_k, [1.0, 0.5])
+  data = evaluation.eval_arrays(x, y)
+  l0, c0 = evaluation.example_stats(apply, params, data, chunk=0)
+  np.testing.assert_allclose(l0, losses, rtol=1e-5)
+  np.testing.assert_array_equal(c0, [1.0, 1.0, 0.0])
+  one = evaluation.eval_arrays(x[:1], y[:1])
+  loss_k, acc_k, has = evaluation.per_client_stats(apply, params, one, jnp.array([0, 1]))
+  np.testing.assert_allclose(loss_k, [0.0, losses[0]], rtol=1e-5)
+  np.testing.assert_array_equal(acc_k, [0.0, 1.0])
+  np.testing.assert_array_equal(has, [False, True])
