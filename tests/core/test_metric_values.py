@@ -345,3 +345,20 @@ def test_closed_over_evals_with_their_defaults_and_tiny_sets():
   np.testing.assert_allclose(loss_k, [0.0, losses[0]], rtol=1e-5)
   np.testing.assert_array_equal(acc_k, [0.0, 1.0])
   np.testing.assert_array_equal(has, [False, True])
+
+
+def test_default_divisors_leave_inputs_as_stored():
+  """eval_arrays and global_stats default to divisor 1: uint8 inputs reach the model as
+  their integer values, float inputs unchanged."""
+  apply = lambda p, x: x.reshape(x.shape[0], -1) @ p
+  params = jnp.array([[1.0, 0.0], [0.0, 1.0]])
+  x8 = np.array([[3, 1], [0, 2]], np.uint8)
+  y = np.array([0, 0], np.int32)
+  loss, acc = evaluation.global_stats(apply, params, evaluation.eval_arrays(x8, y))
+  lse = lambda z: float(np.log(np.exp(z).sum()))
+  want = np.mean([lse(np.array([3.0, 1.0])) - 3.0, lse(np.array([0.0, 2.0])) - 0.0])
+  assert float(loss) == pytest.approx(want, rel=1e-5)
+  assert float(acc) == pytest.approx(0.5)
+  xf = x8.astype(np.float32)
+  loss_f, _ = evaluation.global_stats(apply, params, evaluation.eval_arrays(xf, y))
+  assert float(loss_f) == pytest.approx(want, rel=1e-5)
