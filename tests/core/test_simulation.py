@@ -253,6 +253,7 @@ def test_update_sketch_has_the_sketch_dim(small_synthetic):
       client_lr=0.1, sketch_dim=8, engine=engine.EngineConfig(batch_size=10, local_steps=2)
     ),
   )
+  n_classes = small_synthetic.num_classes
   state = sim.init(0)
   assert state.update_sketch.shape == (n, 8)
   state, _ = sim.round_step(state)
@@ -261,6 +262,10 @@ def test_update_sketch_has_the_sketch_dim(small_synthetic):
   np.testing.assert_array_equal(
     np.asarray(jnp.any(state.update_sketch != 0, axis=1)), np.asarray(state.sampling_counts > 0)
   )
+  # functional embeddings: per noise input, a softmax over the classes (rows sum to 1)
+  seen = np.asarray(state.sampling_counts > 0)
+  emb = np.asarray(state.embeddings)[seen].reshape(int(seen.sum()), -1, n_classes)
+  np.testing.assert_allclose(emb.sum(-1), 1.0, rtol=1e-5)
 
 
 def test_simulation_config_defaults():
@@ -428,3 +433,36 @@ def test_evaluation_before_any_round_and_losses_of_an_empty_client(small_synthet
   )
   lse = np.log(np.exp(1.0) + 1.0)
   np.testing.assert_allclose(losses, [lse - 1.0, 0.0], rtol=1e-6)
+
+
+def test_optimizer_and_schedule_defaults_by_value():
+  # FedYogi's first step from a gradient of 1: v = 1e-6 + 0.001 (optax's initial 1e-6),
+  # bias-corrected 1.001; -lr / (sqrt(1.001) + tau)
+  opt = simulation.make_server_optimizer("yogi", 0.5)
+  params = {"w": jnp.zeros(())}
+  updates, _ = opt.update({"w": jnp.ones(())}, opt.init(params), params)
+  assert float(updates["w"]) == pytest.approx(-0.5 / (1.001**0.5 + 1e-3), rel=1e-5)
+  # the client optimizer's defaults: plain SGD, no momentum, no weight decay
+  tx = simulation.make_client_optimizer("sgd")(0.5)
+  params = {"w": jnp.full((), 2.0)}
+  updates, _ = tx.update({"w": jnp.ones(())}, tx.init(params), params)
+  assert float(updates["w"]) == pytest.approx(-0.5)
+  # schedules: exponential with decay 1 by default; StepLR's gamma 0.1 by default
+  assert float(simulation.make_client_lr_schedule(0.3)(7)) == pytest.approx(0.3)
+  step = simulation.make_client_lr_schedule(0.3, "step", step_size=2)
+  assert [float(step(t)) for t in (0, 1, 2, 4)] == pytest.approx([0.3, 0.3, 0.03, 0.003])
+  with pytest.raises(ValueError, match="lr_step_size=2.0 is out of range"):
+    simulation.make_client_lr_schedule(0.3, "step", step_size=2.0)
+
+
+def test_a_round_without_clients_is_counted_and_reports_the_scalar_lr(small_synthetic):
+  """Nobody available: no client trains, the round counts as empty, the model is unchanged
+  and client_lr reports the round's (scalar) lr."""
+  sim = make_sim(small_synthetic, avail="bernoulli", avail_hp={"probs": 0.0})
+  state0 = sim.init(0)
+  params0 = jax.device_get(state0.params)
+  state, metrics = sim.round_step(state0)
+  assert int(state.empty_rounds) == 1 and int(metrics["num_selected"]) == 0
+  assert float(metrics["client_lr"]) == pytest.approx(0.1)
+  for a, b in zip(jax.tree_util.tree_leaves(params0), jax.tree_util.tree_leaves(state.params)):
+    np.testing.assert_array_equal(a, b)
