@@ -322,40 +322,22 @@ def test_clients_per_round_bounds_of_a_custom_strategy(small_synthetic):
   sim = make_sim(small_synthetic)
   n = sim.num_clients
   for m in (1, n):
-    assert sim.replace_parts().num_selected == 4
-    simulation.Simulation(
-      sim.data,
-      sim.model,
-      sim.availability,
-      strategy(m),
-      sim.aggregator,
-      sim.client_update,
-      sim.config,
-    )
+    assert rebuild(sim, selection=strategy(m)).num_selected == m
   for m in (0, n + 1):
     with pytest.raises(ValueError, match=rf"clients_per_round={m} is out of range"):
-      simulation.Simulation(
-        sim.data,
-        sim.model,
-        sim.availability,
-        strategy(m),
-        sim.aggregator,
-        sim.client_update,
-        sim.config,
-      )
+      rebuild(sim, selection=strategy(m))
+
+
+def rebuild(sim, **parts):
+  """A new Simulation from ``sim``'s parts, some replaced (construction runs its checks)."""
+  names = ("data", "model", "availability", "selection", "aggregator", "client_update")
+  args = {k: parts.get(k, getattr(sim, k)) for k in names}
+  return simulation.Simulation(**args, config=parts.get("config", sim.config))
 
 
 def test_smallest_sketch_dim_is_one(small_synthetic):
   sim = make_sim(small_synthetic)
-  simulation.Simulation(
-    sim.data,
-    sim.model,
-    sim.availability,
-    sim.selection,
-    sim.aggregator,
-    sim.client_update,
-    sim.config._replace(sketch_dim=1),
-  )
+  assert rebuild(sim, config=sim.config._replace(sketch_dim=1)).config.sketch_dim == 1
 
 
 def test_replace_parts_replaces_what_it_is_given(small_synthetic):
