@@ -241,17 +241,10 @@ def test_update_sketch_has_the_sketch_dim(small_synthetic):
   sim = make_sim(small_synthetic)
   n = sim.num_clients
   assert sim.init(0).update_sketch.shape == (n, 0)
-  model = models.make("logreg", small_synthetic.input_shape, small_synthetic.num_classes)
-  sim = simulation.Simulation(
-    small_synthetic,
-    model,
-    availability.make("idl"),
-    selection.make("clustered_similarity", num_selected=4),
-    aggregation.make("fedavg"),
-    client.make("sgd"),
-    simulation.SimulationConfig(
-      client_lr=0.1, sketch_dim=8, engine=engine.EngineConfig(batch_size=10, local_steps=2)
-    ),
+  sim = rebuild(
+    sim,
+    selection=selection.make("clustered_similarity", num_selected=4),
+    config=sim.config._replace(sketch_dim=8),
   )
   n_classes = small_synthetic.num_classes
   state = sim.init(0)
@@ -364,15 +357,8 @@ def test_eval_chunk_follows_the_memory_budget(small_synthetic):
   per = evaluation.bytes_per_example(
     model.apply, jax.eval_shape(model.init, jax.random.PRNGKey(0)), model.input_shape
   )
-  sim = simulation.Simulation(
-    small_synthetic,
-    model,
-    availability.make("idl"),
-    selection.make("uniform", num_selected=4),
-    aggregation.make("fedavg"),
-    client.make("sgd"),
-    simulation.SimulationConfig(eval_memory_mb=1),
-  )
+  sim = make_sim(small_synthetic)
+  sim = rebuild(sim, model=model, config=sim.config._replace(eval_memory_mb=1))
   want = 1 << ((1 << 20) // per).bit_length() - 1
   assert want < 1024 and sim.eval_chunk == want
 
