@@ -737,7 +737,8 @@ def batch_key(c: ml_collections.ConfigDict) -> str:
   shape = {
     ".".join(p): ("<swept>" if _is_sweepable(p, v) else v)
     for p, v in flat.items()
-    if p[0] not in BATCH_FREE and (avail is None or p[0] not in ("availability", "availability_hparams"))
+    if p[0] not in BATCH_FREE
+    and (avail is None or p[0] not in ("availability", "availability_hparams"))
   }
   shape["<availability round>"] = avail
   return results.dumps_line(shape)
@@ -1132,7 +1133,7 @@ class _BatchRun:
           if bdir:
             self._save_batch(host, rounds, now, failed)
           for k in act:
-            st = jax.tree_util.tree_map(lambda x: x[k], host)
+            st = jax.tree_util.tree_map(lambda x, k=k: x[k], host)
             if not bdir:
               self._save(k, st, rounds[k], now[k])
             self._finish(k, st, stopped=f"signal {stop.signum}")
@@ -1167,7 +1168,9 @@ class _BatchRun:
               "seconds": before[k]
               + (chunk_start - start)
               + (chunk_end - chunk_start) * (i + 1) / num_evals,
-              "num_available_mean": float(np.mean(np.asarray(rm["num_available"][j, i], np.float64))),
+              "num_available_mean": float(
+                np.mean(np.asarray(rm["num_available"][j, i], np.float64))
+              ),
               "num_selected_mean": float(np.mean(np.asarray(rm["num_selected"][j, i], np.float64))),
             }
             for name, v in ev.items():
@@ -1192,7 +1195,7 @@ class _BatchRun:
           ):
             if host is None:
               host = jax.device_get(states)
-            st = jax.tree_util.tree_map(lambda x: x[k], host)
+            st = jax.tree_util.tree_map(lambda x, k=k: x[k], host)
             if k in failed:  # no checkpoint of a broken model
               self._finish(k, st, stopped="non-finite model")
               continue
@@ -1317,7 +1320,7 @@ def run_seeds(
     cs.output_dir = seed_dir(output_dir, s)
     configs.append(cs)
   try:
-    summaries = run_batch(
+    run_batch(  # each seed's summary is read back from its folder below
       configs,
       [cs.output_dir for cs in configs],
       resume=resume,
