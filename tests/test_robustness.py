@@ -550,3 +550,12 @@ def test_checkpoint_format_choice(monkeypatch):
   assert not checkpoint.use_orbax("npz")
   with pytest.raises(ValueError, match="checkpoint format 'zip'; allowed: orbax, npz"):
     checkpoint.use_orbax("zip")
+
+
+def test_npz_leaf_of_another_dtype_same_width_is_refused(tmp_path):
+  """float32 saved, int32 expected (both 4 bytes): refused, not reinterpreted; only raw
+  bytes (npz's storage of bfloat16 and other ml_dtypes) are viewed as the template's dtype."""
+  out = str(tmp_path)
+  checkpoint.save(out, {"a": jnp.ones((2,), jnp.float32)}, 1, fmt="npz")
+  with pytest.raises(checkpoint.CheckpointMismatchError, match=r"leaf 0 is float32\[2\]"):
+    checkpoint.restore(out, {"a": jnp.zeros((2,), jnp.int32)})

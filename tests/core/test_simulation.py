@@ -434,3 +434,33 @@ def test_a_round_without_clients_is_counted_and_reports_the_scalar_lr(small_synt
   assert float(metrics["client_lr"]) == pytest.approx(0.1)
   for a, b in zip(jax.tree_util.tree_leaves(params0), jax.tree_util.tree_leaves(state.params)):
     np.testing.assert_array_equal(a, b)
+
+
+def test_remember_stores_the_sketch_and_embedding_of_each_local_model(small_synthetic):
+  """A strategy that learns from updates gets, for each valid slot's client, the sketch of
+  its update and the embedding softmax(f(global + delta, noise)) (functional embedding)."""
+  from fedjax_sel.core.types import Selection
+  from fedjax_sel.similarity.sketch import flatten_stacked, sketch
+
+  sim = make_sim(small_synthetic)
+  sim = rebuild(sim, selection=selection.make("clustered_similarity", num_selected=4))
+  state = sim.init(0)
+  data = sim.device_data
+  # random deltas (a delta constant over the classes would leave every softmax unchanged)
+  leaves, treedef = jax.tree_util.tree_flatten(state.params)
+  keys = jax.random.split(jax.random.PRNGKey(1), len(leaves))
+  deltas = jax.tree_util.tree_unflatten(
+    treedef, [jax.random.normal(k, (4,) + p.shape) for k, p in zip(keys, leaves)]
+  )
+  used = Selection(
+    jnp.array([3, 1, 5, 0], jnp.int32), jnp.array([True, True, False, True]), jnp.ones((4,))
+  )
+  sk, emb, seen = sim._remember(data, state, used, deltas)
+  np.testing.assert_array_equal(np.flatnonzero(np.asarray(seen)), [0, 1, 3])
+  want_sketch = sketch(flatten_stacked(deltas), data.projection)
+  for slot, client_id in ((0, 3), (1, 1), (3, 0)):
+    local = jax.tree_util.tree_map(lambda g, d, s=slot: g + d[s], state.params, deltas)
+    want = jax.nn.softmax(sim.model.apply(local, data.noise), -1).reshape(-1)
+    np.testing.assert_allclose(emb[client_id], want, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(sk[client_id], want_sketch[slot], rtol=1e-5, atol=1e-7)
+  assert not bool(jnp.any(emb[5] != 0))  # the invalid slot's client is untouched
