@@ -1133,7 +1133,7 @@ class _BatchRun:
           if bdir:
             self._save_batch(host, rounds, now, failed)
           for k in act:
-            st = jax.tree_util.tree_map(lambda x, k=k: x[k], host)
+            st = batch_lib.unstack(host, k)
             if not bdir:
               self._save(k, st, rounds[k], now[k])
             self._finish(k, st, stopped=f"signal {stop.signum}")
@@ -1195,7 +1195,7 @@ class _BatchRun:
           ):
             if host is None:
               host = jax.device_get(states)
-            st = jax.tree_util.tree_map(lambda x, k=k: x[k], host)
+            st = batch_lib.unstack(host, k)
             if k in failed:  # no checkpoint of a broken model
               self._finish(k, st, stopped="non-finite model")
               continue
@@ -1217,7 +1217,7 @@ class _BatchRun:
       for k in range(k_all):
         if self.summaries[k] is None:  # complete before this call (resumed at its end)
           host = jax.device_get(states) if host is None else host
-          self._finish(k, jax.tree_util.tree_map(lambda x, k=k: x[k], host))
+          self._finish(k, batch_lib.unstack(host, k))
       self._drain()
       if failed:
         k = min(failed)

@@ -214,17 +214,23 @@ def git_head(tree: str) -> str:
   ).stdout.strip()
 
 
+def compile_cache_env(cache_dir: str | None) -> dict[str, str]:
+  """The persistent XLA compilation cache shared by a file's test runs (none: {})."""
+  if not cache_dir:
+    return {}
+  return {
+    "JAX_COMPILATION_CACHE_DIR": cache_dir,
+    "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+    "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
+  }
+
+
 def measure_coverage(wt, python, module, tests, keyword, data_file, cache_dir) -> None:
   """Runs the module's tests once, unmutated, under coverage with one context per test
   (pytest-cov's ``--cov-context=test``): ``tools/mutation_tests.py`` then runs, for each
   mutant, only the tests that executed its lines."""
   env = dict(os.environ, JAX_PLATFORMS="cpu", COVERAGE_FILE=data_file)
-  if cache_dir:
-    env.update(
-      JAX_COMPILATION_CACHE_DIR=cache_dir,
-      JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
-      JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0",
-    )
+  env.update(compile_cache_env(cache_dir))
   cmd = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--cov-context=test"]
   cmd += [f"--cov={os.path.dirname(module)}", "--cov-report=", *tests]
   cmd += ["-k", keyword] if keyword else []
@@ -246,13 +252,7 @@ def config_text(
   # compiled program (HLO), so a mutant that changes what a test traces compiles afresh and
   # one that does not (input checks, Python-side code) reuses the unmutated programs.
   # Measured: test_common.py + test_contract.py 33 s without it, 11 s with a warm cache.
-  cache = []
-  if cache_dir:
-    cache = [
-      f"JAX_COMPILATION_CACHE_DIR={cache_dir}",
-      "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0",
-      "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES=0",
-    ]
+  cache = [f"{k}={v}" for k, v in compile_cache_env(cache_dir).items()]
   command = " ".join(
     [
       "nice",
@@ -356,8 +356,8 @@ def main(argv=None) -> int:
   p.add_argument(
     "--resume",
     action="store_true",
-    help="continue existing sessions: run only their mutants without a result (after an "
-    "interrupted run; refused where the module changed since the session's commit)",
+    help="continue existing sessions at HEAD: run only their mutants without a result "
+    "(after an interrupted run; refused where the module changed since the session's commit)",
   )
   p.add_argument(
     "--jobs",
@@ -414,16 +414,7 @@ def main(argv=None) -> int:
       with sqlite3.connect(session) as db:
         db.execute("DELETE FROM work_results WHERE test_outcome = 'SURVIVED'")
     elif args.resume and os.path.exists(session):
-      # `exec` runs only the mutants that have no result yet, in a tree whose module is the
-      # one they were made from (the tests may be newer).
-      with open(stem_of(f) + ".commit") as fh:
-        made_from = fh.read().strip()
-      moved = subprocess.run(["git", "diff", "--quiet", made_from, "HEAD", "--", module], cwd=wt)
-      if moved.returncode:  # the module changed since its mutants were made
-        raise SystemExit(
-          f"--resume: {module} changed between {made_from[:8]} (its mutants) and {wt}'s "
-          f"HEAD {git_head(wt)[:8]}; run it without --resume"
-        )
+      pass  # `exec` runs only the mutants without a result (checked in main: same module)
     else:
       if os.path.exists(session):
         os.remove(session)
@@ -440,14 +431,19 @@ def main(argv=None) -> int:
     trees = queue.Queue()
     for j in range(args.jobs):
       trees.put(work if j == 0 else worktree(f"{args.workdir}-job{j}", fresh))
-    if args.rerun_survivors:
+    if args.rerun_survivors or args.resume:
+      # Both continue existing sessions at HEAD (the tests may be newer), which needs the
+      # module the mutants were made from: a changed source moves their positions.
+      flag = "--rerun-survivors" if args.rerun_survivors else "--resume"
       head = git_head(ROOT)
       for f in files:
         if not os.path.exists(stem_of(f) + ".sqlite"):
-          p.error(f"--rerun-survivors: no session for {f} in {out_dir}")
+          if args.rerun_survivors:
+            p.error(f"--rerun-survivors: no session for {f} in {out_dir}")
+          continue  # --resume: a file without a session starts one
         if not os.path.exists(stem_of(f) + ".commit"):
           p.error(
-            f"--rerun-survivors: {f}'s session predates the recorded commit; write the "
+            f"{flag}: {f}'s session predates the recorded commit; write the "
             f"commit its mutants were made from into {stem_of(f)}.commit"
           )
         with open(stem_of(f) + ".commit") as fh:
@@ -457,8 +453,8 @@ def main(argv=None) -> int:
         ).returncode
         if changed:
           p.error(
-            f"--rerun-survivors: {src}/{f} changed between {old[:8]} and HEAD "
-            f"{head[:8]}; its mutants moved, run it without --rerun-survivors"
+            f"{flag}: {src}/{f} changed between {old[:8]} and HEAD "
+            f"{head[:8]}; its mutants moved, run it without {flag}"
           )
       for wt in list(trees.queue):
         run(["git", "checkout", "-q", "--detach", head], wt)

@@ -11,7 +11,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from fedjax_sel.core.registry import check_range, is_integer  # noqa: F401 (re-exported)
+from fedjax_sel.core.registry import check_range, is_integer
 from fedjax_sel.core.types import Array, PRNGKey, Selection
 
 # Keys of available clients whose sampling weight is exactly 0 sit at this level: below

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
+from fedjax_sel.core.registry import is_integer
 from fedjax_sel.core.types import (
   Array,
   ClientInfo,
@@ -60,7 +61,7 @@ def make_power_of_choice(
   """
   num_selected = common.check_num_selected(num_selected)
   if d is not None:
-    if not common.is_integer(d) or d < num_selected:
+    if not is_integer(d) or d < num_selected:
       raise ValueError(f"d={d!r} must be an integer >= num_selected={num_selected}, or None")
     d = int(d)
   if not isinstance(loss_split, str) or loss_split not in LOSS_SPLITS:

@@ -21,7 +21,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from fedjax_sel.core.registry import check_range
+from fedjax_sel.core.registry import check_range, is_integer
 from fedjax_sel.core.types import (
   Array,
   ClientInfo,
@@ -156,7 +156,7 @@ def make_shapley(
     Ghorbani & Zou 2019 (TMC-Shapley).
   """
   num_selected = common.check_num_selected(num_selected)
-  if not common.is_integer(num_permutations):
+  if not is_integer(num_permutations):
     raise ValueError(f"num_permutations={num_permutations!r} must be a positive integer")
   check_range("num_permutations", num_permutations, 1, None)
   num_permutations = int(num_permutations)
