@@ -380,7 +380,7 @@ def _tree():
     "mask": jnp.array([True, False, True]),
     "count": jnp.asarray(5, jnp.int32),
     "weak": jnp.asarray(0.25),  # a weakly typed float scalar
-    "weak_vec": jnp.broadcast_to(jnp.asarray(-0.5), (3,)),  # and a weakly typed vector
+    "weak_vec": jnp.asarray(-0.5) * jnp.arange(3),  # a weakly typed vector, distinct values
     "half": jnp.asarray([1.5, -2.25], jnp.bfloat16),
   }
 
