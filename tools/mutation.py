@@ -404,7 +404,8 @@ def main(argv=None) -> int:
     coverage_data = None
     if args.coverage:
       coverage_data = os.path.abspath(stem_of(f) + ".coverage")
-      if not os.path.exists(coverage_data):
+      # measured anew when a session continues at HEAD: the tests may have changed
+      if args.rerun_survivors or args.resume or not os.path.exists(coverage_data):
         measure_coverage(wt, args.python, module, tests, keyword, coverage_data, cache)
     with open(cfg, "w") as fh:
       fh.write(config_text(module, tests, args.python, args.timeout, cache, keyword, coverage_data))
