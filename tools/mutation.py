@@ -128,7 +128,11 @@ TESTS = {
     "tests/core/test_client_test_losses.py",
     "tests/core/test_simulation.py",
   ],
-  "core/distributed.py": ["tests/experiments/test_multiprocess.py"],
+  # in-process value tests first; the multi-process runs reach initialize's joining branch
+  "core/distributed.py": [
+    "tests/core/test_distributed.py",
+    "tests/experiments/test_multiprocess.py",
+  ],
   "aggregation/fedar.py": [
     "tests/aggregation/test_reference_aggregators.py",
     "tests/aggregation/test_aggregation_fedar.py",

@@ -330,9 +330,9 @@ def local_commands(
   """The command lines of N processes of ``python -m module args`` (``python module args``
   when ``module`` is a .py file) on this machine, joined through a coordinator on
   127.0.0.1 (process 0 hosts it)."""
+  if not is_integer(num_processes, strict=True) or num_processes < 1:
+    raise LaunchError(f"--num_processes={num_processes!r} is out of range; allowed: integers >= 1")
   check_launch("127.0.0.1:1", num_processes, 0, DEFAULT_TIMEOUT_S, cpu_devices)
-  if num_processes < 1:
-    raise LaunchError(f"--num_processes={num_processes} is out of range; allowed: integers >= 1")
   address = f"127.0.0.1:{port or free_port()}"
   program = [module] if module.endswith(".py") else ["-m", module]
   return [
@@ -387,7 +387,9 @@ def launch_local(
   deadline = None if timeout_s is None else time.monotonic() + timeout_s
   stop_at = None
   try:
-    while any(p.poll() is None for p in procs):
+    # poll every process each time (``any(p.poll() is None ...)`` would stop at the first
+    # running one and never see a later one fail)
+    while any([p.poll() is None for p in procs]):
       now = time.monotonic()
       failed = any(p.returncode not in (None, 0) for p in procs)
       if failed and stop_at is None:

@@ -1,0 +1,371 @@
+"""``fedjax_sel.core.distributed`` in one process: the launch checks at their boundaries,
+cluster auto-detection, the watchdog, ``fail``, the one-process collectives, the absl flags
+and the local launcher (with tiny scripts that start no JAX). The multi-process runs
+themselves are in tests/experiments/test_multiprocess.py."""
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import jax
+import pytest
+from jax._src import clusters
+
+from fedjax_sel.core import distributed
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+# ---------------------------------------------------------------------- check_launch
+@pytest.mark.parametrize(
+  "kwargs,message",
+  [
+    (dict(num_processes=-1), "--num_processes=-1 is out of range; allowed: integers >= 0"),
+    (dict(process_id=-1), "--process_id=-1 is out of range; allowed: integers >= 0"),
+    (dict(timeout_s=0), "--distributed_timeout=0 is out of range; allowed: integers >= 1"),
+    (dict(cpu_devices=-1), "--cpu_devices=-1 is out of range; allowed: integers >= 0"),
+    (dict(num_processes=True), "--num_processes=True is out of range"),  # a bool is no count
+    (dict(cpu_devices=2.0), "--cpu_devices=2.0 is out of range"),
+    (dict(timeout_s="5"), "--distributed_timeout='5' is out of range"),
+  ],
+)
+def test_each_launch_number_has_its_lower_bound(kwargs, message):
+  args = dict(coordinator_address=None, num_processes=None, process_id=None)
+  with pytest.raises(distributed.LaunchError) as e:
+    distributed.check_launch(**{**args, **kwargs})
+  assert str(e.value).startswith(message) and "\n" not in str(e.value)
+
+
+def test_launch_numbers_at_their_lower_bounds_are_allowed():
+  assert distributed.check_launch(None, 0, None, timeout_s=1, cpu_devices=0) is False
+  assert distributed.check_launch(None, None, None) is False  # None: absent
+  assert distributed.check_launch("h:1", 2, 0, timeout_s=1, cpu_devices=0) is True
+
+
+@pytest.mark.parametrize(
+  "address", ["10.0.0.1:1234", "[::1]:8476", "node-07.cluster_a:1", "h:65535"]
+)
+def test_coordinator_addresses_allowed(address):
+  assert distributed.check_launch(address, 2, 1) is True
+
+
+@pytest.mark.parametrize(
+  "address,message",
+  [
+    ("h:0", "--coordinator_address='h:0': port out of [1, 65535]"),
+    ("h:65536", "--coordinator_address='h:65536': port out of [1, 65535]"),
+    ("h:123456", "--coordinator_address='h:123456'; allowed: host:port (e.g. 10.0.0.1:1234)"),
+    ("h:", "--coordinator_address='h:'; allowed: host:port (e.g. 10.0.0.1:1234)"),
+    ("a b:12", "--coordinator_address='a b:12'; allowed: host:port (e.g. 10.0.0.1:1234)"),
+    (":12", "--coordinator_address=':12'; allowed: host:port (e.g. 10.0.0.1:1234)"),
+  ],
+)
+def test_bad_coordinator_addresses(address, message):
+  with pytest.raises(distributed.LaunchError) as e:
+    distributed.check_launch(address, 2, 0)
+  assert str(e.value) == message
+
+
+def test_several_processes_need_the_address_and_an_id_below_their_count():
+  with pytest.raises(distributed.LaunchError) as e:
+    distributed.check_launch("", 3, None)
+  assert str(e.value) == "--num_processes=3 needs --coordinator_address and --process_id as well"
+  assert distributed.check_launch("h:1", 3, 2) is True  # the last id
+  with pytest.raises(distributed.LaunchError) as e:
+    distributed.check_launch("h:1", 3, 3)
+  assert str(e.value) == "--process_id=3 is out of range; allowed: [0, 2]"
+
+
+def test_one_process_and_no_processes():
+  assert distributed.check_launch(None, 1, None) is False
+  assert distributed.check_launch(None, 1, 0) is False
+  with pytest.raises(distributed.LaunchError) as e:
+    distributed.check_launch(None, 1, 2)
+  assert str(e.value) == "--process_id=2 is out of range; allowed: 0 (--num_processes=1)"
+  for address, pid in (("h:1", None), (None, 0), ("h:1", 0)):
+    with pytest.raises(distributed.LaunchError) as e:
+      distributed.check_launch(address, 0, pid)
+    assert str(e.value).startswith("--coordinator_address / --process_id need --num_processes")
+  with pytest.raises(distributed.LaunchError, match="need --num_processes"):
+    distributed.check_launch("h:1", None, None)
+
+
+# ---------------------------------------------------------------------- cluster detection
+OMPI = {"OMPI_MCA_orte_hnp_uri": "1234.0;tcp://10.0.0.1:5000"}
+SLURM = dict(SLURM_JOB_ID="7", SLURM_STEP_NODELIST="n1", SLURM_PROCID="0", SLURM_LOCALID="0")
+_CLUSTER_VARS = [*OMPI, *SLURM, "SLURM_NTASKS", "SLURM_NPROCS", "OMPI_COMM_WORLD_SIZE"]
+
+
+@pytest.fixture
+def environ(monkeypatch):
+  for name in _CLUSTER_VARS:
+    monkeypatch.delenv(name, raising=False)
+  for env in clusters.ClusterEnv._cluster_types:  # nothing else on this machine looks like one
+    if env.__name__ not in ("OmpiCluster", "SlurmCluster"):
+      monkeypatch.setattr(env, "is_env_present", classmethod(lambda cls: False))
+
+  def set_env(values):
+    for name, value in values.items():
+      monkeypatch.setenv(name, value)
+
+  return set_env
+
+
+@pytest.mark.parametrize(
+  "values,expected",
+  [
+    ({}, None),
+    (dict(OMPI, OMPI_COMM_WORLD_SIZE="2"), "OmpiCluster"),
+    (dict(OMPI, OMPI_COMM_WORLD_SIZE="1"), None),
+    (dict(OMPI, OMPI_COMM_WORLD_SIZE=""), None),  # an empty variable: one task
+    (OMPI, None),
+    (dict(SLURM, SLURM_NTASKS="2"), "SlurmCluster"),
+    (dict(SLURM, SLURM_NTASKS=""), None),
+    (dict(SLURM, SLURM_NTASKS="1", SLURM_NPROCS="4"), None),  # SLURM_NTASKS decides
+  ],
+)
+def test_detected_cluster(environ, values, expected):
+  environ(values)
+  assert distributed.detected_cluster() == expected
+
+
+def test_detection_goes_past_environments_it_never_joins_and_broken_detectors(environ, monkeypatch):
+  """A Cloud TPU VM is joined always; the detectors before it in JAX's list that we never
+  join (mpi4py, the base TPU class) or that raise are skipped, not the end of the search."""
+  types = [env.__name__ for env in clusters.ClusterEnv._cluster_types]
+  assert types.index("Mpi4pyCluster") < types.index("GceTpuCluster")
+  gce = next(e for e in clusters.ClusterEnv._cluster_types if e.__name__ == "GceTpuCluster")
+  ompi = next(e for e in clusters.ClusterEnv._cluster_types if e.__name__ == "OmpiCluster")
+  monkeypatch.setattr(gce, "is_env_present", classmethod(lambda cls: True))
+  for env in clusters.ClusterEnv._cluster_types:
+    if env.__name__ in ("Mpi4pyCluster", "BaseTpuCluster"):
+      monkeypatch.setattr(env, "is_env_present", classmethod(lambda cls: True))
+  assert distributed.detected_cluster() == "GceTpuCluster"
+
+  def broken(cls):
+    raise RuntimeError("needs a network")
+
+  monkeypatch.setattr(ompi, "is_env_present", classmethod(broken))
+  environ(dict(SLURM, SLURM_NTASKS="3"))
+  assert distributed.detected_cluster() == "SlurmCluster"
+
+
+# ---------------------------------------------------------------------- initialize
+def test_initialize_in_one_process(environ):
+  jax.devices()  # the backend has started
+  n = jax.device_count("cpu")
+  assert distributed.initialize() == 1
+  assert distributed.initialize(None, 1, 0, auto_detect=False) == 1
+  assert distributed.initialize(cpu_devices=n) == 1  # what the backend already has
+  with pytest.raises(distributed.LaunchError) as e:
+    distributed.initialize(cpu_devices=n + 1)
+  assert str(e.value) == f"--cpu_devices={n + 1}: JAX's backend already started"
+  with pytest.raises(distributed.LaunchError, match="--process_id=1 is out of range"):
+    distributed.initialize(None, 1, 1)
+  assert not jax.distributed.is_initialized()
+
+
+def test_initialize_joins_a_detected_cluster_only_with_auto_detection(environ, monkeypatch):
+  calls = []
+  monkeypatch.setattr(distributed, "detected_cluster", lambda: calls.append(1) or None)
+  assert distributed.initialize() == 1 and calls == [1]
+  assert distributed.initialize(auto_detect=False) == 1 and calls == [1]
+  assert distributed.initialize(None, 1, 0) == 1 and calls == [1]  # --num_processes given
+
+
+# ---------------------------------------------------------------------- watchdog and fail
+def test_watchdog_ends_the_process_in_one_line_after_its_timeout(monkeypatch, capsys):
+  exited = []
+  done = threading.Event()
+
+  def fake_exit(code):
+    exited.append(code)
+    done.set()
+
+  monkeypatch.setattr(distributed.os, "_exit", fake_exit)
+  with distributed._watchdog(5.0, "quick"):
+    pass  # finished in time: nothing happens
+  start = time.monotonic()
+  with distributed._watchdog(0.2, "the others did not come"):
+    assert done.wait(10.0)
+  assert 0.15 < time.monotonic() - start < 5.0
+  assert exited == [2]
+  assert capsys.readouterr().err == "error: the others did not come\n"
+  time.sleep(0.3)  # the first watchdog stays quiet after its block ended
+  assert exited == [2]
+
+
+def test_fail_in_one_process(capsys):
+  with pytest.raises(SystemExit) as e:
+    distributed.fail("bad value")
+  assert e.value.code == 2
+  with pytest.raises(SystemExit) as e:
+    distributed.fail("other", code=5)
+  assert e.value.code == 5
+  assert capsys.readouterr().err == "error: bad value\nerror: other\n"
+
+
+def test_collectives_in_one_process():
+  assert distributed.is_primary() is True
+  assert distributed.multiprocess() is False
+  assert distributed.any_process(True) is True
+  assert distributed.any_process(0) is False
+  assert distributed.any_process([1]) is True
+  assert distributed.check_same_everywhere("the config", {"a": 1}) is None
+
+
+_FLAGS_SCRIPT = """
+import sys
+from absl import flags
+from fedjax_sel.core import distributed
+distributed.define_flags()
+f = flags.FLAGS
+f(sys.argv)
+print(repr((f.coordinator_address, f.num_processes, f.process_id, f.distributed_timeout,
+            f.cpu_devices)))
+try:
+  print(distributed.initialize_from_flags())
+except distributed.LaunchError as e:
+  print("LaunchError:", e)
+"""
+
+
+def _flags(*args):
+  done = subprocess.run(
+    [sys.executable, "-c", _FLAGS_SCRIPT, *args], capture_output=True, text=True, timeout=120,
+    env=dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=REPO), cwd=REPO,
+  )  # fmt: skip
+  assert done.returncode == 0, done.stderr[-2000:]
+  return done.stdout.splitlines()
+
+
+def test_launch_flags_defaults_and_initialize_from_flags():
+  assert _flags() == [repr(("", 0, None, distributed.DEFAULT_TIMEOUT_S, 0)), "1"]
+  assert distributed.DEFAULT_TIMEOUT_S == 300
+  lines = _flags("--num_processes=1", "--process_id=1", "--distributed_timeout=7")
+  assert lines == [
+    repr(("", 1, 1, 7, 0)),
+    "LaunchError: --process_id=1 is out of range; allowed: 0 (--num_processes=1)",
+  ]
+  # "" is an absent address; the flags reach check_launch in their order
+  lines = _flags("--coordinator_address=h:1", "--cpu_devices=-2")
+  assert lines[1] == "LaunchError: --cpu_devices=-2 is out of range; allowed: integers >= 0"
+  lines = _flags("--coordinator_address=h:1")
+  assert lines[1].startswith("LaunchError: --coordinator_address / --process_id need")
+  lines = _flags("--distributed_timeout=0")
+  assert lines[1] == "LaunchError: --distributed_timeout=0 is out of range; allowed: integers >= 1"
+
+
+# ---------------------------------------------------------------------- local launcher
+def test_free_port_is_free():
+  import socket
+
+  port = distributed.free_port()
+  assert 1 <= port <= 65535
+  with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    s.bind(("127.0.0.1", port))
+
+
+def test_local_commands():
+  commands = distributed.local_commands(3, ["--rounds=2"], cpu_devices=2, port=4321)
+  assert commands == [
+    [sys.executable, "-m", "experiments.run", "--rounds=2", "--coordinator_address=127.0.0.1:4321",
+     "--num_processes=3", f"--process_id={i}", "--cpu_devices=2"]
+    for i in range(3)
+  ]  # fmt: skip
+  [one] = distributed.local_commands(1, [], module="tool.py", port=9)
+  assert one == [sys.executable, "tool.py", "--coordinator_address=127.0.0.1:9",
+                 "--num_processes=1", "--process_id=0", "--cpu_devices=1"]  # fmt: skip
+  [free] = distributed.local_commands(1, [])  # no port given: a free one
+  address = [x for x in free if x.startswith("--coordinator_address=127.0.0.1:")]
+  assert len(address) == 1 and 1 <= int(address[0].rsplit(":", 1)[1]) <= 65535
+  with pytest.raises(distributed.LaunchError) as e:
+    distributed.local_commands(0, [])
+  assert str(e.value) == "--num_processes=0 is out of range; allowed: integers >= 1"
+  for bad in (True, 1.0, -1):
+    with pytest.raises(distributed.LaunchError) as e:
+      distributed.local_commands(bad, [])
+    assert str(e.value) == f"--num_processes={bad!r} is out of range; allowed: integers >= 1"
+  with pytest.raises(distributed.LaunchError, match="--cpu_devices=-1 is out of range"):
+    distributed.local_commands(2, [], cpu_devices=-1)
+
+
+# a process of the launcher: prints its arguments and environment, then does what its
+# --process_id is told in the environment (STEP_<id> = "exit:<code>", "sleep", "ignore_term")
+_WORKER = """
+import os, signal, sys, time
+pid = next(a.split("=")[1] for a in sys.argv if a.startswith("--process_id="))
+print("argv", " ".join(sys.argv[1:]), "JAX_PLATFORMS=" + os.environ.get("JAX_PLATFORMS", "-"),
+      flush=True)
+step = os.environ.get("STEP_" + pid, "exit:0")
+if step.startswith("exit:"):
+  sys.exit(int(step[5:]))
+if step == "ignore_term":
+  signal.signal(signal.SIGTERM, signal.SIG_IGN)
+time.sleep(60)
+"""
+
+
+@pytest.fixture
+def worker(tmp_path):
+  path = tmp_path / "worker.py"
+  path.write_text(_WORKER)
+  return str(path)
+
+
+def _env(**steps):
+  env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
+  return dict(env, **{f"STEP_{k[1:]}": v for k, v in steps.items()})
+
+
+def test_launch_local_runs_every_process_and_logs_the_others(worker, tmp_path, capfd):
+  logs = tmp_path / "logs"
+  codes = distributed.launch_local(3, ["--x=1"], module=worker, env=_env(), log_dir=str(logs))
+  assert codes == [0, 0, 0]
+  assert sorted(os.listdir(logs)) == ["process_1.log", "process_2.log"]
+  for i in (1, 2):
+    text = (logs / f"process_{i}.log").read_text()
+    assert text.startswith("argv --x=1 --coordinator_address=127.0.0.1:")
+    assert f"--process_id={i} --cpu_devices=1 JAX_PLATFORMS=cpu" in text  # cpu by default
+  out = capfd.readouterr().out  # process 0 inherits the launcher's streams
+  assert "--process_id=0 " in out and "--process_id=1 " not in out
+
+
+def test_launch_local_keeps_the_given_platform_and_exit_codes(worker, capfd):
+  env = dict(_env(p0="exit:0", p1="exit:0"), JAX_PLATFORMS="tpu")
+  assert distributed.launch_local(2, [], module=worker, env=env) == [0, 0]
+  out = capfd.readouterr().out  # without log_dir every process inherits the streams
+  assert out.count("JAX_PLATFORMS=tpu") == 2
+
+
+def test_launch_local_stops_the_others_when_one_fails(worker):
+  start = time.monotonic()
+  codes = distributed.launch_local(3, [], module=worker, env=_env(p0="sleep", p1="exit:3",
+                                                                   p2="sleep"))  # fmt: skip
+  assert codes == [-signal.SIGTERM, 3, -signal.SIGTERM]
+  assert time.monotonic() - start < 9.0  # SIGTERM at once, not the SIGKILL 10 s later
+
+
+def test_launch_local_kills_everything_after_its_timeout(worker):
+  start = time.monotonic()
+  codes = distributed.launch_local(2, [], module=worker, env=_env(p0="sleep", p1="ignore_term"),
+                                   timeout_s=1.0)  # fmt: skip
+  assert codes == [-signal.SIGKILL, -signal.SIGKILL]
+  assert time.monotonic() - start < 9.0
+
+
+def test_launch_local_passes_signals_on_and_restores_the_handlers(worker):
+  before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+  timer = threading.Timer(2.0, os.kill, (os.getpid(), signal.SIGINT))
+  timer.start()
+  try:
+    codes = distributed.launch_local(2, [], module=worker, env=_env(p0="sleep", p1="sleep"),
+                                     timeout_s=30.0)  # fmt: skip
+  finally:
+    timer.cancel()
+  # SIGINT to the launcher reached both (an uncaught KeyboardInterrupt ends by that signal)
+  assert codes == [-signal.SIGINT, -signal.SIGINT]
+  assert {s: signal.getsignal(s) for s in before} == before
