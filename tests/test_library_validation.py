@@ -111,6 +111,19 @@ def test_engine_values(tiny, field, value):
   one_line_error(lambda: make_sim(tiny, engine=cfg), f"{field}=")
 
 
+def test_engine_lower_bounds(tiny):
+  """EngineConfig(local_steps=0) is refused (None means epochs; the CLI's 0 becomes None);
+  batch 1, one local step and chunk_size 0 (its default) are allowed."""
+  one_line_error(
+    lambda: make_sim(tiny, engine=engine.EngineConfig(local_steps=0)), "local_steps=0"
+  )
+  for cfg in (
+    engine.EngineConfig(batch_size=1, local_steps=1, chunk_size=0),
+    engine.EngineConfig(batch_size=1, local_epochs=1),
+  ):
+    engine.validate_engine_config(cfg)
+
+
 def test_local_epochs_zero(tiny):
   cli_rejects(local_epochs=0)
   cfg = engine.EngineConfig(local_epochs=0)
