@@ -239,7 +239,10 @@ def measure_coverage(wt, python, module, tests, keyword, data_file, cache_dir) -
   cmd += [f"--cov={os.path.dirname(module)}", "--cov-report=", *tests]
   cmd += ["-k", keyword] if keyword else []
   start = time.time()
-  run(["nice", "-n", "19", *cmd], wt, env=env, stdout=subprocess.DEVNULL)
+  done = subprocess.run(["nice", "-n", "19", *cmd], cwd=wt, env=env, text=True, capture_output=True)
+  if done.returncode != 0:  # the unmutated tests must pass: show what failed
+    tail = (done.stdout + done.stderr)[-4000:]
+    raise SystemExit(f"{module}: the unmutated tests failed under coverage in {wt}:\n{tail}")
   print(f"{module}: coverage of {len(tests)} test files in {time.time() - start:.0f} s", flush=True)
 
 
