@@ -33,6 +33,7 @@ score is killed / (total - equivalent).
 from __future__ import annotations
 
 import argparse
+import ast
 import concurrent.futures
 import json
 import os
@@ -297,6 +298,54 @@ def config_text(
   )
 
 
+def annotation_spans(source: str) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+  """The (start, end) positions (row from 1, column from 0) of every type annotation of a
+  module that has ``from __future__ import annotations`` (none otherwise: there an
+  annotation is evaluated when its function is defined, and a mutant of it can fail)."""
+  tree = ast.parse(source)
+  future = any(
+    isinstance(n, ast.ImportFrom)
+    and n.module == "__future__"
+    and any(a.name == "annotations" for a in n.names)
+    for n in tree.body
+  )
+  if not future:
+    return []
+  nodes = []
+  for n in ast.walk(tree):
+    if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+      nodes.append(n.returns)
+      a = n.args
+      for arg in [*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg]:
+        nodes.append(arg.annotation if arg else None)
+    elif isinstance(n, ast.AnnAssign):
+      nodes.append(n.annotation)  # not its value: ``x: int = 10`` mutates 10
+  return [
+    ((n.lineno, n.col_offset), (n.end_lineno, n.end_col_offset)) for n in nodes if n is not None
+  ]
+
+
+def skip_annotation_mutants(session: str, source_path: str) -> int:
+  """Marks the session's pending mutants inside type annotations as skipped (equivalent:
+  with postponed evaluation an annotation is never evaluated); returns how many."""
+  with open(source_path) as fh:
+    spans = annotation_spans(fh.read())
+  if not spans:
+    return 0
+  with sqlite3.connect(session) as db:
+    pending = db.execute(
+      "SELECT job_id, start_pos_row, start_pos_col FROM mutation_specs "
+      "WHERE job_id NOT IN (SELECT job_id FROM work_results)"
+    ).fetchall()
+    skip = [job for job, row, col in pending if any(a <= (row, col) < b for a, b in spans)]
+    db.executemany(
+      "INSERT INTO work_results (worker_outcome, output, test_outcome, diff, job_id) "
+      "VALUES ('SKIPPED', 'In a type annotation (never evaluated)', NULL, NULL, ?)",
+      [(job,) for job in skip],
+    )
+  return len(skip)
+
+
 def counts(session: str, cr_bin: str) -> dict:
   """killed / survived / incompetent / pending from ``cosmic-ray dump``."""
   out = subprocess.run(
@@ -430,6 +479,10 @@ def main(argv=None) -> int:
       run([os.path.join(cr, "cr-filter-operators"), session, cfg], wt)
       with open(stem_of(f) + ".commit", "w") as fh:  # the source the mutants were made from
         fh.write(git_head(wt) + "\n")
+    # also on --resume: a session made before this filter skips its pending ones
+    skipped = skip_annotation_mutants(session, os.path.join(wt, module))
+    if skipped:
+      print(f"{module}: {skipped} mutants in type annotations skipped", flush=True)
     run([os.path.join(cr, "cosmic-ray"), "exec", cfg, session], wt)
     print(f"{module}: {time.time() - start:.0f} s", flush=True)
 
