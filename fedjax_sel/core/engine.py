@@ -905,4 +905,9 @@ def make_cohort_trainer(
   train.steps_per_client = jnp.asarray(steps_np, jnp.int32)
   train.per_client_loop = per_client_loop
   train.train_single = train_single
+  # a slot's example order, for inspection: ``client_batches(data, slot_key, client, steps)``
+  # gives i32[S, B] flat example indices and bool[S, B] mask; a fixed-steps run's p-th pass
+  # over a client's data uses permutation p mod ``num_perms``
+  train.client_batches = client_batches
+  train.num_perms = num_perms
   return train

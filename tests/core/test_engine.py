@@ -417,3 +417,76 @@ def test_per_slot_lr_equals_each_slot_at_its_own_lr(small_synthetic, parallelism
   # the lrs differ enough to matter: slot 1 (lr 0.2) moved far more than slot 3 (0.005)
   norm = lambda i: float(sum(jnp.sum(jnp.abs(a[i])) for a in jax.tree_util.tree_leaves(out.deltas)))
   assert norm(1) > 5 * norm(3) > 0
+
+
+def test_resolve_chunk_size_of_each_explicit_mode():
+  """What each mode means (``train.chunk_size``): map one client at a time, vmap the whole
+  cohort, chunked ``chunk_size`` clients (0: 8, at most M), lanes that many per device's
+  share of the cohort."""
+  cfg = engine.EngineConfig(batch_size=10)
+  steps = np.array([3, 1, 7, 2])
+
+  def size(mode, m, chunk_size=0, devices=1):
+    c = cfg._replace(parallelism=mode, chunk_size=chunk_size)
+    return engine.resolve_chunk_size(c, m, False, "cpu", steps, 610, devices)
+
+  assert size("map", 20) == 1
+  assert size("vmap", 20) == 20
+  assert (size("chunked", 20), size("chunked", 5), size("chunked", 20, 3)) == (8, 5, 3)
+  assert (size("lanes", 20), size("lanes", 5), size("lanes", 20, 3)) == (8, 5, 3)
+  assert size("lanes", 10, devices=2) == 5 and size("lanes", 9, devices=2) == 5  # ceil(M / d)
+  assert size("lanes", 20, 3, devices=2) == 3
+  assert engine.resolve_chunk_size(cfg._replace(parallelism="auto"), 7, False, "cpu") == 7
+
+
+def _passes(tr, client, steps, key):
+  fidx, mask = jax.jit(tr.client_batches)(tr.data, key, jnp.int32(client), jnp.int32(steps))
+  fidx, mask = np.asarray(fidx)[:steps], np.asarray(mask)[:steps]
+  assert mask.all()
+  n = int(tr.data.counts[client])
+  start = int(tr.data.offsets[client])
+  order = fidx.reshape(-1) - start
+  assert len(order) % n == 0
+  return order.reshape(-1, n)  # one row per pass over the client's data
+
+
+@pytest.mark.parametrize(
+  "sizes,batch,local_steps,cid,num_perms",
+  [
+    # n_max // 4 = 5: ceil(45 / 5) = 9 passes, capped at 8 permutations (client 0: 9 passes)
+    ([5, 20], 1, 45, 0, 8),
+    # n_max // 4 = 10: ceil(10 / 10) = 1, every pass in the same order (client 0: 5 passes)
+    ([2, 40], 2, 5, 0, 1),
+    # ceil(12 / 10) = 2 (client 0: 4 passes)
+    ([3, 40], 3, 4, 0, 2),
+  ],
+)
+def test_fixed_steps_passes_cycle_through_num_perms_permutations(
+  sizes, batch, local_steps, cid, num_perms
+):
+  """With ``local_steps``, pass p over a client's data uses permutation p mod num_perms,
+  num_perms = min(8, max(1, ceil(K B / max(1, n_max // 4)))) (hand-computed per case);
+  each pass is a permutation of the client's examples."""
+  rng = np.random.default_rng(0)
+  split = split_from_lists(
+    [rng.normal(size=(n, 3)).astype(np.float32) for n in sizes],
+    [rng.integers(0, 2, n) for n in sizes],
+  )
+
+  class D:
+    train = split
+    input_shape = (3,)
+    num_classes = 2
+
+  cfg = engine.EngineConfig(batch_size=batch, local_steps=local_steps, parallelism="vmap")
+  _, tr = _trainer(D, client.make("sgd"), cfg, 2)
+  assert tr.num_perms == num_perms
+  passes = _passes(tr, cid, local_steps, jax.random.PRNGKey(4))
+  n = sizes[cid]
+  for row in passes:
+    np.testing.assert_array_equal(np.sort(row), np.arange(n))
+  for p in range(num_perms, len(passes)):
+    np.testing.assert_array_equal(passes[p], passes[p - num_perms])
+  # within a cycle the permutations differ (for this key): the cycle is not shorter
+  for p in range(1, min(num_perms, len(passes))):
+    assert not np.array_equal(passes[p], passes[0]), p
