@@ -168,6 +168,23 @@ def test_initialize_in_one_process(environ):
   assert not jax.distributed.is_initialized()
 
 
+@pytest.mark.parametrize("tpu", ["GceTpuCluster", "GkeTpuCluster"])
+def test_cloud_tpu_vms_are_joined_always(environ, monkeypatch, tpu):
+  env = next(e for e in clusters.ClusterEnv._cluster_types if e.__name__ == tpu)
+  monkeypatch.setattr(env, "is_env_present", classmethod(lambda cls: True))
+  assert distributed.detected_cluster() == tpu
+
+
+def test_initialize_of_processes_already_joined_returns_their_count(environ, monkeypatch):
+  """Several processes (or a detected cluster) already joined: nothing to do but count."""
+  monkeypatch.setattr(jax.distributed, "is_initialized", lambda: True)
+  monkeypatch.setattr(jax, "process_count", lambda: 3)
+  assert distributed.initialize("h:1", 3, 2) == 3
+  monkeypatch.setattr(distributed, "detected_cluster", lambda: "SlurmCluster")
+  assert distributed.initialize() == 3
+  assert distributed.initialize(auto_detect=False) == 1  # no flags, no detection: one process
+
+
 def test_initialize_joins_a_detected_cluster_only_with_auto_detection(environ, monkeypatch):
   calls = []
   monkeypatch.setattr(distributed, "detected_cluster", lambda: calls.append(1) or None)
