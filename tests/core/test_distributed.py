@@ -11,6 +11,7 @@ import threading
 import time
 
 import jax
+import numpy as np
 import pytest
 from jax._src import clusters
 
@@ -183,6 +184,91 @@ def test_initialize_of_processes_already_joined_returns_their_count(environ, mon
   monkeypatch.setattr(distributed, "detected_cluster", lambda: "SlurmCluster")
   assert distributed.initialize() == 3
   assert distributed.initialize(auto_detect=False) == 1  # no flags, no detection: one process
+
+
+@pytest.fixture
+def fake_runtime(monkeypatch):
+  """jax.distributed's runtime replaced: ``initialize`` records its arguments, the
+  all-gather returns what each of ``told`` processes was told (set by the test)."""
+  from jax.experimental import multihost_utils
+
+  calls, told = [], {}
+
+  def initialize(**kwargs):
+    calls.append(kwargs)
+    if told.get("raise"):
+      raise RuntimeError(told["raise"])
+
+  def allgather(x):  # process i was told [its --num_processes, i]
+    return np.asarray([[c, i] for i, c in enumerate(told.get("counts", [2, 2]))], np.int32)
+
+  monkeypatch.setattr(jax.distributed, "is_initialized", lambda: False)
+  monkeypatch.setattr(jax.distributed, "initialize", initialize)
+  monkeypatch.setattr(multihost_utils, "process_allgather", allgather)
+  monkeypatch.setattr(jax, "process_count", lambda: len(told.get("counts", [2, 2])))
+  return calls, told
+
+
+@pytest.mark.parametrize("timeout,heartbeat,shutdown", [(5, 10, 10), (60, 60, 60), (300, 100, 300)])
+def test_initialize_joins_with_the_runtime_timeouts(environ, fake_runtime, timeout, heartbeat,
+                                                    shutdown):  # fmt: skip
+  """The runtime's own timeouts come after the watchdog's: initialization at timeout + 30 s,
+  heartbeat within [10, 100] s, shutdown at least 10 s."""
+  calls, _ = fake_runtime
+  assert distributed.initialize("10.0.0.1:1234", 2, 1, timeout_s=timeout) == 2
+  assert calls == [
+    dict(
+      coordinator_address="10.0.0.1:1234",
+      num_processes=2,
+      process_id=1,
+      initialization_timeout=timeout + 30,
+      heartbeat_timeout_seconds=heartbeat,
+      shutdown_timeout_seconds=shutdown,
+    )
+  ]
+
+
+def test_initialize_reports_the_runtime_error_and_mismatched_counts(environ, fake_runtime):
+  calls, told = fake_runtime
+  told["raise"] = "\n  DEADLINE_EXCEEDED: Barrier timed out\nmore detail"
+  with pytest.raises(distributed.LaunchError) as e:
+    distributed.initialize("h:7", 2, 0, timeout_s=9)
+  assert str(e.value) == (
+    "process 0 of 2 did not come together with the others at h:7 within 9 s; check that "
+    "every process got the same --coordinator_address and --num_processes and its own "
+    "--process_id, and that process 0 is running (--distributed_timeout) "
+    "(DEADLINE_EXCEEDED: Barrier timed out)"
+  )
+  told.clear()
+  told["counts"] = [2, 3, 2]
+  with pytest.raises(distributed.LaunchError) as e:
+    distributed.initialize("h:7", 2, 0)
+  assert str(e.value) == (
+    "the processes were launched with different --num_processes ([2, 3]) and 3 of them "
+    "joined; give every process the same --num_processes"
+  )
+  told["counts"] = [2, 2, 2]  # the same count everywhere, but a third process joined
+  with pytest.raises(distributed.LaunchError, match=r"\(\[2\]\) and 3 of them joined"):
+    distributed.initialize("h:7", 2, 0)
+
+
+def test_initialize_joins_a_detected_cluster(environ, fake_runtime, monkeypatch):
+  """No flags on a detected cluster: JAX's own initialize with no arguments."""
+  calls, told = fake_runtime
+  monkeypatch.setattr(distributed, "detected_cluster", lambda: "SlurmCluster")
+  told["counts"] = [0, 0, 0]
+  assert distributed.initialize(timeout_s=20) == 3
+  assert calls == [
+    dict(initialization_timeout=50, heartbeat_timeout_seconds=20, shutdown_timeout_seconds=20)
+  ]
+  told["raise"] = "unreachable"
+  with pytest.raises(distributed.LaunchError) as e:
+    distributed.initialize(timeout_s=20)
+  assert str(e.value).startswith(
+    "process ? of ? did not come together with the others at the SlurmCluster cluster's "
+    "coordinator within 20 s"
+  )
+  assert str(e.value).endswith("(unreachable)")
 
 
 def test_initialize_joins_a_detected_cluster_only_with_auto_detection(environ, monkeypatch):
@@ -371,6 +457,25 @@ def test_launch_local_kills_everything_after_its_timeout(worker):
   codes = distributed.launch_local(2, [], module=worker, env=_env(p0="sleep", p1="ignore_term"),
                                    timeout_s=1.0)  # fmt: skip
   assert codes == [-signal.SIGKILL, -signal.SIGKILL]
+
+
+def test_an_error_in_the_launcher_kills_its_processes(worker, monkeypatch, tmp_path):
+  procs = []
+  real_popen = subprocess.Popen
+
+  def popen(*a, **k):
+    procs.append(real_popen(*a, **k))
+    return procs[-1]
+
+  def sleep(seconds):
+    raise RuntimeError("the launcher failed")
+
+  monkeypatch.setattr(subprocess, "Popen", popen)
+  monkeypatch.setattr(time, "sleep", sleep)
+  with pytest.raises(RuntimeError, match="the launcher failed"):
+    distributed.launch_local(2, [], module=worker, env=_env(p0="sleep", p1="sleep"))
+  assert len(procs) == 2
+  assert [p.returncode for p in procs] == [-signal.SIGKILL] * 2  # killed and waited for
 
 
 def test_launch_local_passes_signals_on_and_restores_the_handlers(worker, capfd, tmp_path):
