@@ -219,6 +219,16 @@ def git_head(tree: str) -> str:
   ).stdout.strip()
 
 
+def restore_module(wt: str, module: str) -> None:
+  """Puts the module back as HEAD has it. cosmic-ray writes each mutant into the source and
+  restores it afterwards, but a run killed hard (SIGKILL, a session's end) leaves its last
+  mutant in the file, and ``git checkout`` to another commit keeps it: every later mutant
+  would then run on top of it."""
+  if subprocess.run(["git", "diff", "--quiet", "--", module], cwd=wt).returncode:
+    print(f"{module}: restored in {wt} (an interrupted run left a mutant there)", flush=True)
+    run(["git", "checkout", "-q", "--", module], wt)
+
+
 def compile_cache_env(cache_dir: str | None) -> dict[str, str]:
   """The persistent XLA compilation cache shared by a file's test runs (none: {})."""
   if not cache_dir:
@@ -483,7 +493,9 @@ def main(argv=None) -> int:
     skipped = skip_annotation_mutants(session, os.path.join(wt, module))
     if skipped:
       print(f"{module}: {skipped} mutants in type annotations skipped", flush=True)
+    restore_module(wt, module)
     run([os.path.join(cr, "cosmic-ray"), "exec", cfg, session], wt)
+    restore_module(wt, module)
     print(f"{module}: {time.time() - start:.0f} s", flush=True)
 
   if not args.report_only:
@@ -518,6 +530,7 @@ def main(argv=None) -> int:
             f"{head[:8]}; its mutants moved, run it without {flag}"
           )
       for wt in list(trees.queue):
+        restore_module(wt, src)  # a left-behind mutant would follow the checkout
         run(["git", "checkout", "-q", "--detach", head], wt)
 
     def job(f: str) -> None:
