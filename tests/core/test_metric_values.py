@@ -362,3 +362,47 @@ def test_default_divisors_leave_inputs_as_stored():
   xf = x8.astype(np.float32)
   loss_f, _ = evaluation.global_stats(apply, params, evaluation.eval_arrays(xf, y))
   assert float(loss_f) == pytest.approx(want, rel=1e-5)
+
+
+def _without_local_test_data(data, empty):
+  """``data`` with the local test examples of the clients in ``empty`` removed."""
+  from fedjax_sel.data.federated import split_from_lists
+
+  xs, ys = zip(*(data.test.client(k) for k in range(data.test.num_clients)))
+  xs = [x[:0] if k in empty else x for k, x in enumerate(xs)]
+  ys = [y[:0] if k in empty else y for k, y in enumerate(ys)]
+  return data._replace(test=split_from_lists(list(xs), list(ys)))
+
+
+def test_evaluate_with_clients_without_local_test_data():
+  """Clients 1 and 4 hold no local test examples: the accuracy distribution is over the
+  other four only; ``put_data`` of a set of the same layout is accepted."""
+  from fedjax_sel import aggregation, availability, client, models, selection
+  from fedjax_sel.core import simulation
+
+  data = _without_local_test_data(rr.make_data(), {1, 4})
+  assert data.test.counts.tolist() == [2, 0, 2, 2, 0, 2]
+  sim = simulation.Simulation(
+    data,
+    models.make("logreg", data.input_shape, rr.CLASSES),
+    availability.make("idl"),
+    selection.make("uniform", num_selected=2),
+    aggregation.make("fedavg"),
+    client.make("sgd"),
+    simulation.SimulationConfig(),
+  )
+  state = sim.init(0).replace(params=constant_class_params([0.0, 1.0, 0.0]))
+  got = {k: float(v) for k, v in sim.evaluate(state).items()}
+  per_client = np.array([np.mean(data.test.client(k)[1] == 1) for k in (0, 2, 3, 5)])
+  want = {
+    "client_acc_mean": per_client.mean(),
+    "client_acc_var": per_client.var(),
+    "client_acc_worst10": np.sort(per_client)[0],  # 4 clients: ceil(0.4) = 1
+    "client_acc_best10": np.sort(per_client)[-1],
+  }
+  for k, v in want.items():
+    assert got[k] == pytest.approx(v, rel=1e-5, abs=1e-7), k
+  # another set of the same layout goes through put_data (and evaluates the same here)
+  again = sim.evaluate.with_data(sim.put_data(data), state)
+  for k in want:
+    assert float(again[k]) == pytest.approx(got[k]), k
