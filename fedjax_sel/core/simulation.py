@@ -484,7 +484,15 @@ class Simulation:
         so every method in a comparison sees the same active clients each round.
     """
     for name, value in (("seed", seed), ("availability_seed", availability_seed)):
-      if is_integer(value, strict=True) and value < 0:
+      if value is None and name == "availability_seed" or is_traced(value):
+        continue
+      if (
+        isinstance(value, jax.Array)
+        and value.ndim == 0
+        and jnp.issubdtype(value.dtype, jnp.integer)
+      ):
+        value = int(value)
+      if not is_integer(value, strict=True) or value < 0:
         raise ValueError(f"{name}={value!r} is out of range; allowed: integers >= 0")
     # Raw uint32[2] keys keep the state a plain array pytree (easy to checkpoint).
     key = jax.random.PRNGKey(seed)

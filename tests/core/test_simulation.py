@@ -464,3 +464,119 @@ def test_remember_stores_the_sketch_and_embedding_of_each_local_model(small_synt
     np.testing.assert_allclose(emb[client_id], want, rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(sk[client_id], want_sketch[slot], rtol=1e-5, atol=1e-7)
   assert not bool(jnp.any(emb[5] != 0))  # the invalid slot's client is untouched
+
+
+def _spy_aggregator(m, nan_update_at=None):
+  """FedAvg whose state keeps the weights and ``finite`` flags of the last round's M slots,
+  and whose global update is NaN in round ``nan_update_at``."""
+  from fedjax_sel.core.types import Aggregator
+
+  fedavg = aggregation.make("fedavg")
+
+  def init(params, info):
+    return fedavg.init(params, info), jnp.zeros((m,)), jnp.zeros((m,), bool)
+
+  def apply(state, deltas, sel, avail, t, aux=None):
+    update, inner = fedavg.apply(state[0], deltas, sel, avail, t, aux=aux)
+    if nan_update_at is not None:
+      update = jax.tree_util.tree_map(lambda u: jnp.where(t == nan_update_at, jnp.nan, u), update)
+    return update, (inner, sel.weights, aux.finite)
+
+  return Aggregator(init, apply)
+
+
+def test_a_nonfinite_client_gets_weight_0_and_a_nonfinite_update_is_skipped(small_synthetic):
+  """Client 0 trains on NaN inputs: its slot reaches the aggregator as not finite with
+  weight 0 (its delta zeroed). A global update that is not finite (round 1) is skipped and
+  counted: params and server optimizer state stay as they were."""
+  x = np.array(small_synthetic.train.x)
+  x[: int(small_synthetic.train.counts[0])] = np.nan  # client 0's examples come first
+  data = small_synthetic._replace(train=small_synthetic.train._replace(x=x))
+  n = data.train.num_clients
+  sim = make_sim(small_synthetic)
+  sim = rebuild(
+    sim,
+    data=data,
+    selection=selection.make("full", num_selected=n),
+    aggregator=_spy_aggregator(n, nan_update_at=1),
+    config=sim.config._replace(server_optimizer="momentum"),
+  )
+  state = sim.init(0)
+  for t in range(3):
+    before = state
+    state, metrics = sim.round_step(state)
+    _, weights, finite = state.aggregation_state
+    assert int(metrics["num_nonfinite"]) == 1 and not bool(finite[0])
+    np.testing.assert_array_equal(np.asarray(weights)[~np.asarray(finite)], 0.0)
+    assert float(np.sum(weights)) > 0
+    assert int(state.skipped_updates) == (1 if t >= 1 else 0)
+    pairs = zip(
+      jax.tree_util.tree_leaves((before.params, before.server_opt_state)),
+      jax.tree_util.tree_leaves((state.params, state.server_opt_state)),
+    )
+    same = [np.array_equal(np.asarray(a), np.asarray(b)) for a, b in pairs]
+    assert all(same) if t == 1 else not all(same), t
+
+
+def test_init_defaults_to_seed_0_and_checks_its_seeds(small_synthetic):
+  sim = make_sim(small_synthetic)
+  a, b = sim.init(), sim.init(0)
+  for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
+    np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+  for bad in (-1, 1.5, 2.0, True, "0"):
+    with pytest.raises(ValueError, match=f"seed={bad!r} is out of range"):
+      sim.init(bad)
+  with pytest.raises(ValueError, match="availability_seed=-2 is out of range"):
+    sim.init(0, availability_seed=-2)
+
+
+def test_empty_rounds_report_zero_train_loss_and_the_per_slot_lr_mean(small_synthetic):
+  """Nobody available: train_loss is 0 (not 0 / 0); with per-client schedules
+  (lr_schedule_unit="participation") client_lr is the mean over trained slots, 0 here."""
+  sim = make_sim(small_synthetic, avail="bernoulli", avail_hp={"probs": 0.0})
+  _, metrics = sim.round_step(sim.init(0))
+  assert float(metrics["train_loss"]) == 0.0
+  per_slot = rebuild(sim, config=sim.config._replace(lr_schedule_unit="participation"))
+  _, metrics = per_slot.round_step(per_slot.init(0))
+  assert float(metrics["client_lr"]) == 0.0 and float(metrics["train_loss"]) == 0.0
+
+
+def test_context_eval_value_is_the_global_test_accuracy(small_synthetic):
+  sim = make_sim(small_synthetic)
+  state = sim.init(0)
+  ctx = sim.context(state, jnp.ones((sim.num_clients,)))
+  assert float(ctx.eval_value(state.params)) == pytest.approx(
+    float(sim.global_eval(state.params)[1])
+  )
+
+
+def test_replace_parts_replaces_the_aggregator_only_when_given(small_synthetic):
+  sim = make_sim(small_synthetic)
+  assert sim.replace_parts().aggregator is sim.aggregator
+  other = aggregation.make("fedavg")
+  assert sim.replace_parts(aggregator=other).aggregator is other
+
+
+def test_config_lower_bounds_of_evaluation_and_embeddings(small_synthetic):
+  sim = make_sim(small_synthetic)
+  with pytest.raises(ValueError, match="eval_memory_mb=0 is out of range"):
+    rebuild(sim, config=sim.config._replace(eval_memory_mb=0))
+  ok = rebuild(sim, config=sim.config._replace(eval_memory_mb=1, num_noise_inputs=1))
+  assert ok.config.num_noise_inputs == 1
+
+
+def test_client_losses_of_a_one_example_client():
+  """The mean over a client's local examples: one example, its own loss (not halved)."""
+  from fedjax_sel.core.simulation import _mean_client_losses
+
+  apply = lambda p, x: x @ p
+  x = jnp.array([[2.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+  y = jnp.array([1, 1, 0], jnp.int32)
+  table = jnp.zeros((0,), jnp.float32)
+  losses = _mean_client_losses(
+    apply, jnp.eye(2), jnp.array([0, 1]), x, y, jnp.array([0, 1]), jnp.array([1, 2]), 2, table
+  )
+  lse = lambda z: np.log(np.sum(np.exp(z)))
+  want0 = lse([2.0, 0.0]) - 0.0
+  want1 = ((lse([0.0, 1.0]) - 1.0) + (lse([1.0, 1.0]) - 1.0)) / 2
+  np.testing.assert_allclose(losses, [want0, want1], rtol=1e-6)
