@@ -115,6 +115,15 @@ def test_put_data_rejects_other_shapes_and_longer_clients():
     )
   with pytest.raises(ValueError, match="x_divisor"):
     sim.put_data(_images(2)._replace(x_divisor=1.0))
+  # every test array is checked, its shape and its dtype alone
+  with pytest.raises(
+    ValueError, match=r"^data\.test.*: uint8\[301, 8, 8, 1\]; allowed: uint8\[300"
+  ):
+    sim.put_data(_images(2, num_test=301))
+  other = _images(2)
+  other = other._replace(test=other.test._replace(x=other.test.x.astype(np.uint16)))
+  with pytest.raises(ValueError, match=r"^data\.local_test.*: uint16\[.*\]; allowed: uint8\["):
+    sim.put_data(other)
 
 
 @pytest.mark.parametrize("par,sel", [("lanes", "uniform"), ("map", "power_of_choice")])

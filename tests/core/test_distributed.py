@@ -11,6 +11,7 @@ import threading
 import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax._src import clusters
@@ -311,6 +312,60 @@ def test_fail_in_one_process(capsys):
   assert capsys.readouterr().err == "error: bad value\nerror: other\n"
 
 
+def test_check_same_everywhere_compares_crc32s_of_the_parts(monkeypatch):
+  """Several processes (faked): arrays count by their bytes, other parts by their sorted
+  JSON, chained into one CRC-32 from 0; any process whose CRC differs from process 0's is
+  named."""
+  import json
+  import zlib
+
+  from jax.experimental import multihost_utils
+
+  sent = []
+  others = {"crcs": None}
+
+  def allgather(x):
+    sent.append(np.asarray(x))
+    own = int(np.asarray(x).ravel()[0])
+    return np.asarray([[own], *[[c] for c in others["crcs"] or [own, own]]], np.uint32)
+
+  monkeypatch.setattr(distributed, "multiprocess", lambda: True)
+  monkeypatch.setattr(multihost_utils, "process_allgather", allgather)
+  a, b, cfg = (
+    np.arange(6, dtype=np.int32).reshape(2, 3),
+    jnp.ones((4,), jnp.float32),
+    {"z": 1, "a": [2]},
+  )
+  distributed.check_same_everywhere("the data", a, b, cfg)
+  want = zlib.crc32(a.tobytes(), 0)
+  want = zlib.crc32(np.asarray(b).tobytes(), want)
+  want = zlib.crc32(json.dumps(cfg, sort_keys=True).encode(), want)
+  assert sent[-1].dtype == np.uint32 and int(sent[-1].ravel()[0]) == want
+  others["crcs"] = [want, want + 1, want, want ^ 5]
+  with pytest.raises(ValueError) as e:
+    distributed.check_same_everywhere("the config", a, b, cfg)
+  assert str(e.value) == (
+    "the config differs between processes (processes [2, 4] disagree with process 0); every "
+    "process must run the same command on the same files"
+  )
+
+
+def test_any_process_gathers_every_flag(monkeypatch):
+  from jax.experimental import multihost_utils
+
+  flags = {"all": [0, 0]}
+  monkeypatch.setattr(distributed, "multiprocess", lambda: True)
+  monkeypatch.setattr(
+    multihost_utils,
+    "process_allgather",
+    lambda x: np.asarray([[int(np.asarray(x).ravel()[0])], *[[f] for f in flags["all"]]], np.int32),
+  )
+  assert distributed.any_process(False) is False
+  assert distributed.any_process(True) is True
+  flags["all"] = [0, 1]
+  assert distributed.any_process(False) is True
+
+
 def test_collectives_in_one_process():
   assert distributed.is_primary() is True
   assert distributed.multiprocess() is False
@@ -408,6 +463,8 @@ if step.startswith("exit:"):
   sys.exit(int(step[5:]))
 if step == "ignore_term":
   signal.signal(signal.SIGTERM, signal.SIG_IGN)
+if step == "term_slowly":  # SIGTERM: finish within the launcher's 10 s of grace
+  signal.signal(signal.SIGTERM, lambda *_: (time.sleep(0.5), sys.exit(143)))
 signal.signal(signal.SIGINT, lambda *_: (print("SIGINT in", pid, flush=True), sys.exit(130)))
 if os.environ.get("READY_DIR"):  # the handlers are in place
   open(os.path.join(os.environ["READY_DIR"], pid), "w").close()
@@ -451,6 +508,13 @@ def test_launch_local_stops_the_others_when_one_fails(worker):
   codes = distributed.launch_local(3, [], module=worker, env=_env(p0="sleep", p1="exit:3",
                                                                    p2="sleep"))  # fmt: skip
   assert codes == [-signal.SIGTERM, 3, -signal.SIGTERM]
+
+
+def test_launch_local_gives_the_others_time_to_stop(worker):
+  """After a failure the others get SIGTERM and 10 s to end on their own (a run writes its
+  checkpoint), not an immediate SIGKILL."""
+  env = _env(p0="term_slowly", p1="exit:3", p2="term_slowly")
+  assert distributed.launch_local(3, [], module=worker, env=env) == [143, 3, 143]
 
 
 def test_launch_local_kills_everything_after_its_timeout(worker):
