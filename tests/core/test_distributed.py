@@ -458,6 +458,7 @@ import os, signal, sys, time
 pid = next(a.split("=")[1] for a in sys.argv if a.startswith("--process_id="))
 print("argv", " ".join(sys.argv[1:]), "JAX_PLATFORMS=" + os.environ.get("JAX_PLATFORMS", "-"),
       flush=True)
+print("stderr of", pid, file=sys.stderr, flush=True)
 step = os.environ.get("STEP_" + pid, "exit:0")
 if step.startswith("exit:"):
   sys.exit(int(step[5:]))
@@ -493,6 +494,7 @@ def test_launch_local_runs_every_process_and_logs_the_others(worker, tmp_path, c
     text = (logs / f"process_{i}.log").read_text()
     assert text.startswith("argv --x=1 --coordinator_address=127.0.0.1:")
     assert f"--process_id={i} --cpu_devices=1 JAX_PLATFORMS=cpu" in text  # cpu by default
+    assert f"stderr of {i}\n" in text  # both streams go to the log
   out = capfd.readouterr().out  # process 0 inherits the launcher's streams
   assert "--process_id=0 " in out and "--process_id=1 " not in out
 
