@@ -366,6 +366,12 @@ def test_any_process_gathers_every_flag(monkeypatch):
   assert distributed.any_process(False) is True
 
 
+def test_two_processes_are_several_and_only_process_0_writes(monkeypatch):
+  monkeypatch.setattr(jax, "process_count", lambda: 2)
+  monkeypatch.setattr(jax, "process_index", lambda: 1)
+  assert distributed.multiprocess() is True and distributed.is_primary() is False
+
+
 def test_collectives_in_one_process():
   assert distributed.is_primary() is True
   assert distributed.multiprocess() is False
