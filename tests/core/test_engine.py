@@ -32,6 +32,22 @@ def _trainer(data, rule, cfg, m, model_name="logreg", momentum=0.0):
   return model, tr
 
 
+def _random_clients(sizes, dim, num_classes, seed=0):
+  """A dataset-like object of random clients of the given sizes (its ``train`` only)."""
+  rng = np.random.default_rng(seed)
+  split = split_from_lists(
+    [rng.normal(size=(n, dim)).astype(np.float32) for n in sizes],
+    [rng.integers(0, num_classes, n) for n in sizes],
+  )
+
+  class D:
+    train = split
+    input_shape = (dim,)
+
+  D.num_classes = num_classes
+  return D
+
+
 def _equals_loop(tr, params, cohort, valid, key):
   """Runs the jitted cohort call and the per-client loop; asserts they agree; returns the call."""
   out = jax.jit(tr)(params, cohort, valid, key, 0.05, cohort)
@@ -138,17 +154,8 @@ def test_epoch_steps_match_sizes(small_synthetic):
 
 def test_bucketing_reduces_padding():
   # 8 clients: four with 100 examples, four with 10 -> vmap pads everyone to 10 steps.
-  rng = np.random.default_rng(0)
   sizes = [100, 10, 100, 10, 100, 10, 100, 10]
-  split = split_from_lists(
-    [rng.normal(size=(n, 5)).astype(np.float32) for n in sizes],
-    [rng.integers(0, 3, n) for n in sizes],
-  )
-
-  class D:
-    train = split
-    input_shape = (5,)
-    num_classes = 3
+  D = _random_clients(sizes, dim=5, num_classes=3)
 
   useful = float(np.sum(np.ceil(np.array(sizes) / 10)))
   fracs = {}
@@ -467,16 +474,7 @@ def test_fixed_steps_passes_cycle_through_num_perms_permutations(
   """With ``local_steps``, pass p over a client's data uses permutation p mod num_perms,
   num_perms = min(8, max(1, ceil(K B / max(1, n_max // 4)))) (hand-computed per case);
   each pass is a permutation of the client's examples."""
-  rng = np.random.default_rng(0)
-  split = split_from_lists(
-    [rng.normal(size=(n, 3)).astype(np.float32) for n in sizes],
-    [rng.integers(0, 2, n) for n in sizes],
-  )
-
-  class D:
-    train = split
-    input_shape = (3,)
-    num_classes = 2
+  D = _random_clients(sizes, dim=3, num_classes=2)
 
   cfg = engine.EngineConfig(batch_size=batch, local_steps=local_steps, parallelism="vmap")
   _, tr = _trainer(D, client.make("sgd"), cfg, 2)
