@@ -580,3 +580,29 @@ def test_client_losses_of_a_one_example_client():
   want0 = lse([2.0, 0.0]) - 0.0
   want1 = ((lse([0.0, 1.0]) - 1.0) + (lse([1.0, 1.0]) - 1.0)) / 2
   np.testing.assert_allclose(losses, [want0, want1], rtol=1e-6)
+
+
+def test_fedadagrad_first_step_by_value():
+  """optax's adagrad: accumulator 0.1 + g^2, step -lr g / sqrt(accumulator + tau), tau 1e-3."""
+  opt = simulation.make_server_optimizer("adagrad", 0.5)
+  params = {"w": jnp.zeros(())}
+  updates, _ = opt.update({"w": jnp.ones(())}, opt.init(params), params)
+  assert float(updates["w"]) == pytest.approx(-0.5 / (0.1 + 1.0 + 1e-3) ** 0.5, rel=1e-5)
+
+
+def test_embedding_and_sketch_widths(small_synthetic):
+  """No strategy that learns from updates: both per-client tables have width 0; otherwise
+  num_noise_inputs x classes for the embeddings."""
+  sim = make_sim(small_synthetic)
+  n = sim.num_clients
+  state = sim.init(0)
+  assert state.embeddings.shape == (n, 0) and state.update_sketch.shape == (n, 0)
+  cfg = sim.config._replace(num_noise_inputs=3, loss_examples=1)
+  uses = rebuild(sim, selection=selection.make("clustered_similarity", num_selected=4), config=cfg)
+  assert uses.init(0).embeddings.shape == (n, 3 * small_synthetic.num_classes)
+
+
+def test_useful_step_fraction_of_a_single_executed_step(small_synthetic):
+  sim = make_sim(small_synthetic)
+  state = sim.init(0).replace(useful_steps=jnp.float32(1.0), executed_steps=jnp.float32(1.0))
+  assert float(sim.evaluate(state)["useful_step_fraction"]) == 1.0
