@@ -219,14 +219,15 @@ def git_head(tree: str) -> str:
   ).stdout.strip()
 
 
-def restore_module(wt: str, module: str) -> None:
-  """Puts the module back as HEAD has it. cosmic-ray writes each mutant into the source and
-  restores it afterwards, but a run killed hard (SIGKILL, a session's end) leaves its last
-  mutant in the file, and ``git checkout`` to another commit keeps it: every later mutant
-  would then run on top of it."""
-  if subprocess.run(["git", "diff", "--quiet", "--", module], cwd=wt).returncode:
-    print(f"{module}: restored in {wt} (an interrupted run left a mutant there)", flush=True)
-    run(["git", "checkout", "-q", "--", module], wt)
+def restore_sources(wt: str) -> None:
+  """Puts the package sources back as HEAD has them. cosmic-ray writes each mutant into the
+  source and restores it afterwards, but a run killed hard (SIGKILL, a session's end)
+  leaves its last mutant in the file, and ``git checkout`` to another commit keeps it:
+  every later mutant, of that module or of another one tested in the same worktree, would
+  then run on top of it."""
+  if subprocess.run(["git", "diff", "--quiet", "--", "fedjax_sel"], cwd=wt).returncode:
+    print(f"fedjax_sel restored in {wt} (an interrupted run left a mutant there)", flush=True)
+    run(["git", "checkout", "-q", "--", "fedjax_sel"], wt)
 
 
 def compile_cache_env(cache_dir: str | None) -> dict[str, str]:
@@ -493,9 +494,9 @@ def main(argv=None) -> int:
     skipped = skip_annotation_mutants(session, os.path.join(wt, module))
     if skipped:
       print(f"{module}: {skipped} mutants in type annotations skipped", flush=True)
-    restore_module(wt, module)
+    restore_sources(wt)
     run([os.path.join(cr, "cosmic-ray"), "exec", cfg, session], wt)
-    restore_module(wt, module)
+    restore_sources(wt)
     print(f"{module}: {time.time() - start:.0f} s", flush=True)
 
   if not args.report_only:
@@ -530,7 +531,7 @@ def main(argv=None) -> int:
             f"{head[:8]}; its mutants moved, run it without {flag}"
           )
       for wt in list(trees.queue):
-        restore_module(wt, src)  # a left-behind mutant would follow the checkout
+        restore_sources(wt)  # a left-behind mutant would follow the checkout
         run(["git", "checkout", "-q", "--detach", head], wt)
 
     def job(f: str) -> None:

@@ -7,8 +7,9 @@ cosmic-ray's ``test-command``; ``tools/mutation.py`` writes it)::
   python tools/mutation_tests.py --module fedjax_sel/core/engine.py \
       --coverage-data <workdir>/mutation/core/engine.coverage -- <pytest args and test files>
 
-- The mutated lines are read from ``git diff -U0`` of the module (a cosmic-ray mutant
-  changes one token, so line numbers do not move).
+- The mutated lines are read from ``git diff -U0`` of the sources (a cosmic-ray mutant
+  changes one token, so line numbers do not move). Any other change there is a mutant an
+  interrupted run left behind: the mutant is then reported as a survivor, to be re-run.
 - A line that no test context executed (only import-time code, a module constant, a
   default argument, a signature) gets the whole test list: every test may depend on it.
 - Otherwise the covering tests run, in the order of the test list, with the given pytest
@@ -18,7 +19,7 @@ cosmic-ray's ``test-command``; ``tools/mutation.py`` writes it)::
 Limit, by construction: a test that runs the line only in a subprocess (the multi-device and
 multi-process tests) is not in the coverage data; where such a test is the only one that
 could fail, the mutant survives here and is re-run with the full list
-(``tools/mutation.py --rerun-survivors --no-coverage``).
+(``tools/mutation.py --rerun-survivors`` without ``--coverage``).
 """
 
 from __future__ import annotations
@@ -30,22 +31,19 @@ import subprocess
 import sys
 
 
-def mutated_lines(module: str) -> list[int]:
+def changed_hunks(tree: str) -> list[tuple[str, int, int]]:
+  """(file, first line, line count) of every change ``git diff -U0`` finds under ``tree``
+  (the package's sources) against HEAD."""
   diff = subprocess.run(
-    ["git", "diff", "-U0", "--", module], capture_output=True, text=True, check=True
+    ["git", "diff", "-U0", "--", tree], capture_output=True, text=True, check=True
   ).stdout
-  lines = []
-  for m in re.finditer(r"^@@ -(\d+)(?:,(\d+))? \+", diff, re.M):
-    start, count = int(m.group(1)), int(m.group(2) or 1)
-    lines.extend(range(start, start + max(count, 1)))
-  return lines
-
-
-def hunks(module: str) -> int:
-  diff = subprocess.run(
-    ["git", "diff", "-U0", "--", module], capture_output=True, text=True, check=True
-  ).stdout
-  return len(re.findall(r"^@@ ", diff, re.M))
+  hunks, path = [], None
+  for line in diff.splitlines():
+    if line.startswith("+++ "):
+      path = line[4:].removeprefix("b/")
+    elif m := re.match(r"@@ -(\d+)(?:,(\d+))? \+", line):
+      hunks.append((path, int(m.group(1)), int(m.group(2) or 1)))
+  return hunks
 
 
 def covering_tests(data_file: str, module: str, lines: list[int]) -> set[str] | None:
@@ -88,13 +86,17 @@ def main(argv: list[str] | None = None) -> int:
   rest = [a for a in args.pytest_args if a != "--"]
   options = [a for a in rest if a.startswith("-") or not a.endswith(".py")]
   test_files = [a for a in rest if a.endswith(".py") and not a.startswith("-")]
-  if hunks(args.module) > 1:
-    # one cosmic-ray mutant changes one token: a second change is a mutant an interrupted
-    # run left behind. Counted as a survivor (the conservative outcome: --rerun-survivors
-    # runs it again once tools/mutation.py has restored the module), never as a kill.
-    print(f"CONTAMINATED: {args.module} differs from HEAD in more than one place")
+  module = os.path.normpath(args.module)
+  hunks = changed_hunks(module.split(os.sep)[0])
+  if len(hunks) > 1 or any(os.path.normpath(path) != module for path, _, _ in hunks):
+    # one cosmic-ray mutant changes one token of the module: any other change is a mutant
+    # an interrupted run left behind (in this module or another). Counted as a survivor
+    # (the conservative outcome: --rerun-survivors runs it again once tools/mutation.py has
+    # restored the sources), never as a kill.
+    print(f"CONTAMINATED: the sources differ from HEAD elsewhere than one change of {module}")
     return 0
-  tests = covering_tests(args.coverage_data, args.module, mutated_lines(args.module))
+  lines = [line for _, start, count in hunks for line in range(start, start + max(count, 1))]
+  tests = covering_tests(args.coverage_data, args.module, lines)
   targets = test_files if tests is None else order(tests, test_files)
   cmd = [sys.executable, "-m", "pytest", *options, *targets]
   return subprocess.run(cmd).returncode
