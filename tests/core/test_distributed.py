@@ -71,11 +71,31 @@ def test_bad_coordinator_addresses(address, message):
   assert str(e.value) == message
 
 
+@pytest.mark.parametrize(
+  "address,n,pid,message",
+  [
+    ("127.0.0.1:1234", 2, None, "--num_processes=2 needs --process_id as well"),
+    ("", 2, 0, "--num_processes=2 needs --coordinator_address as well"),
+    ("localhost", 2, 0, "--coordinator_address='localhost'; allowed: host:port"),
+    ("127.0.0.1:70000", 2, 0, "port out of [1, 65535]"),
+    ("127.0.0.1:1234", -1, 0, "--num_processes=-1 is out of range"),
+    ("127.0.0.1:1234", 2, -1, "--process_id=-1 is out of range"),
+    ("127.0.0.1:1234", 0, 0, "need --num_processes"),
+    ("", 1, 1, "--process_id=1 is out of range; allowed: 0"),
+  ],
+)
+def test_launch_flags_are_checked_before_anything_starts(address, n, pid, message):
+  with pytest.raises(distributed.LaunchError, match=None) as e:
+    distributed.check_launch(address or None, n, pid)
+  assert message in str(e.value) and "\n" not in str(e.value)
+
+
 def test_several_processes_need_the_address_and_an_id_below_their_count():
   with pytest.raises(distributed.LaunchError) as e:
     distributed.check_launch("", 3, None)
   assert str(e.value) == "--num_processes=3 needs --coordinator_address and --process_id as well"
   assert distributed.check_launch("h:1", 3, 2) is True  # the last id
+  assert distributed.check_launch("10.0.0.1:1234", 4, 3) is True
   with pytest.raises(distributed.LaunchError) as e:
     distributed.check_launch("h:1", 3, 3)
   assert str(e.value) == "--process_id=3 is out of range; allowed: [0, 2]"
@@ -131,6 +151,24 @@ def environ(monkeypatch):
 )
 def test_detected_cluster(environ, values, expected):
   environ(values)
+  assert distributed.detected_cluster() == expected
+
+
+@pytest.mark.parametrize(
+  "environ,expected",
+  [
+    ({}, None),
+    (dict(SLURM, SLURM_NTASKS="1"), None),  # one task: one process, nothing to join
+    (dict(SLURM, SLURM_NTASKS="4"), "SlurmCluster"),
+    ({"KUBERNETES_SERVICE_HOST": "10.0.0.1"}, None),  # a plain pod joins nothing
+  ],
+)
+def test_cluster_auto_detection_joins_only_jobs_of_several_tasks(monkeypatch, environ, expected):
+  """With JAX's own detectors (none replaced): a plain Kubernetes pod is not a job."""
+  for name in [*SLURM, "SLURM_NTASKS", "OMPI_MCA_orte_hnp_uri", "KUBERNETES_SERVICE_HOST"]:
+    monkeypatch.delenv(name, raising=False)
+  for name, value in environ.items():
+    monkeypatch.setenv(name, value)
   assert distributed.detected_cluster() == expected
 
 

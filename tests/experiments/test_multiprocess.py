@@ -258,31 +258,6 @@ def test_mismatched_process_counts_fail_in_every_process():
   assert seconds < 120
 
 
-@pytest.mark.parametrize(
-  "address,n,pid,message",
-  [
-    ("127.0.0.1:1234", 2, None, "--num_processes=2 needs --process_id as well"),
-    ("", 2, 0, "--num_processes=2 needs --coordinator_address as well"),
-    ("localhost", 2, 0, "--coordinator_address='localhost'; allowed: host:port"),
-    ("127.0.0.1:70000", 2, 0, "port out of [1, 65535]"),
-    ("127.0.0.1:1234", -1, 0, "--num_processes=-1 is out of range"),
-    ("127.0.0.1:1234", 2, -1, "--process_id=-1 is out of range"),
-    ("127.0.0.1:1234", 0, 0, "need --num_processes"),
-    ("", 1, 1, "--process_id=1 is out of range; allowed: 0"),
-  ],
-)
-def test_launch_flags_are_checked_before_anything_starts(address, n, pid, message):
-  with pytest.raises(distributed.LaunchError, match=None) as e:
-    distributed.check_launch(address or None, n, pid)
-  assert message in str(e.value) and "\n" not in str(e.value)
-
-
-def test_one_process_needs_no_launch_flags():
-  assert distributed.check_launch(None, 0, None) is False
-  assert distributed.check_launch(None, 1, 0) is False
-  assert distributed.check_launch("10.0.0.1:1234", 4, 3) is True
-
-
 def test_processes_given_different_configs_fail_in_one_line():
   """Every process loads its own data: a process given another config (here another
   --data_seed) would train on other data; all of them stop with one line instead."""
@@ -294,26 +269,6 @@ def test_processes_given_different_configs_fail_in_one_line():
     assert "the config differs between processes (processes [1] disagree" in _one_error_line(
       code, err
     )
-
-
-SLURM = dict(SLURM_JOB_ID="7", SLURM_STEP_NODELIST="n1", SLURM_PROCID="0", SLURM_LOCALID="0")
-
-
-@pytest.mark.parametrize(
-  "environ,expected",
-  [
-    ({}, None),
-    (dict(SLURM, SLURM_NTASKS="1"), None),  # one task: one process, nothing to join
-    (dict(SLURM, SLURM_NTASKS="4"), "SlurmCluster"),
-    ({"KUBERNETES_SERVICE_HOST": "10.0.0.1"}, None),  # a plain pod joins nothing
-  ],
-)
-def test_cluster_auto_detection_joins_only_jobs_of_several_tasks(monkeypatch, environ, expected):
-  for name in [*SLURM, "SLURM_NTASKS", "OMPI_MCA_orte_hnp_uri", "KUBERNETES_SERVICE_HOST"]:
-    monkeypatch.delenv(name, raising=False)
-  for name, value in environ.items():
-    monkeypatch.setenv(name, value)
-  assert distributed.detected_cluster() == expected
 
 
 @pytest.mark.slow
