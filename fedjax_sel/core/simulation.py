@@ -484,7 +484,7 @@ class Simulation:
         so every method in a comparison sees the same active clients each round.
     """
     for name, value in (("seed", seed), ("availability_seed", availability_seed)):
-      if value is None and name == "availability_seed" or is_traced(value):
+      if (name == "availability_seed" and value is None) or is_traced(value):
         continue
       if (
         isinstance(value, jax.Array)
