@@ -236,19 +236,20 @@ def test_all_finite_per_slot_with_one_leaf_and_several():
 
 
 def test_update_sketch_has_the_sketch_dim(small_synthetic):
-  """Strategies that learn from updates keep f32[N, d] sketches, d = min(sketch_dim, P);
-  the others keep f32[N, 0]."""
+  """Strategies that learn from updates keep f32[N, d] sketches, d = min(sketch_dim, P),
+  and f32[N, num_noise_inputs x classes] embeddings; the others keep f32[N, 0] of both."""
   sim = make_sim(small_synthetic)
   n = sim.num_clients
-  assert sim.init(0).update_sketch.shape == (n, 0)
+  state = sim.init(0)
+  assert state.update_sketch.shape == (n, 0) and state.embeddings.shape == (n, 0)
   sim = rebuild(
     sim,
     selection=selection.make("clustered_similarity", num_selected=4),
-    config=sim.config._replace(sketch_dim=8),
+    config=sim.config._replace(sketch_dim=8, num_noise_inputs=3, loss_examples=1),
   )
   n_classes = small_synthetic.num_classes
   state = sim.init(0)
-  assert state.update_sketch.shape == (n, 8)
+  assert state.update_sketch.shape == (n, 8) and state.embeddings.shape == (n, 3 * n_classes)
   state, _ = sim.round_step(state)
   assert state.update_sketch.shape == (n, 8)
   # the rows of the round's cohort (sampled with replacement: its distinct clients)
@@ -384,23 +385,25 @@ def test_seed_streams_are_the_documented_ones(small_synthetic):
 
 
 def test_evaluation_before_any_round_and_losses_of_an_empty_client(small_synthetic):
-  """Before round 0 nothing ran: the useful-step fraction is 0, not 0 / 0. A client without
-  examples has mean loss 0 (the masked sum over max(count, 1))."""
+  """Before round 0 nothing ran: the useful-step fraction is 0, not 0 / 0 (after one
+  executed step that was useful, 1). A client without examples has mean loss 0 (the masked
+  sum over max(count, 1)); one with a single example its own loss (not halved)."""
   from fedjax_sel.core.simulation import _mean_client_losses
 
   sim = make_sim(small_synthetic)
   ev = sim.evaluate(sim.init(0))
   assert float(ev["useful_step_fraction"]) == 0.0
   assert float(ev["sampling_count_mean"]) == 0.0 and float(ev["sampling_count_var"]) == 0.0
+  one = sim.init(0).replace(useful_steps=jnp.float32(1.0), executed_steps=jnp.float32(1.0))
+  assert float(sim.evaluate(one)["useful_step_fraction"]) == 1.0
   apply = lambda p, x: x @ p
-  x = jnp.array([[1.0, 0.0], [0.0, 1.0]])
-  y = jnp.array([0, 1], jnp.int32)
+  x = jnp.array([[1.0, 0.0], [0.0, 1.0], [2.0, 0.0]])
+  y = jnp.array([0, 1, 1], jnp.int32)
   table = jnp.arange(256, dtype=jnp.float32)  # unused for float inputs
-  losses = _mean_client_losses(
-    apply, jnp.eye(2), jnp.array([0, 1]), x, y, jnp.array([0, 2]), jnp.array([2, 0]), 2, table
-  )
+  ids, offsets, counts = jnp.array([0, 1, 2]), jnp.array([0, 2, 2]), jnp.array([2, 0, 1])
+  losses = _mean_client_losses(apply, jnp.eye(2), ids, x, y, offsets, counts, 2, table)
   lse = np.log(np.exp(1.0) + 1.0)
-  np.testing.assert_allclose(losses, [lse - 1.0, 0.0], rtol=1e-6)
+  np.testing.assert_allclose(losses, [lse - 1.0, 0.0, np.log(np.exp(2.0) + 1.0)], rtol=1e-6)
 
 
 def test_optimizer_and_schedule_defaults_by_value():
@@ -410,6 +413,10 @@ def test_optimizer_and_schedule_defaults_by_value():
   params = {"w": jnp.zeros(())}
   updates, _ = opt.update({"w": jnp.ones(())}, opt.init(params), params)
   assert float(updates["w"]) == pytest.approx(-0.5 / (1.001**0.5 + 1e-3), rel=1e-5)
+  # FedAdagrad's (optax's adagrad): accumulator 0.1 + g^2, step -lr g / sqrt(acc + tau)
+  opt = simulation.make_server_optimizer("adagrad", 0.5)
+  updates, _ = opt.update({"w": jnp.ones(())}, opt.init(params), params)
+  assert float(updates["w"]) == pytest.approx(-0.5 / (0.1 + 1.0 + 1e-3) ** 0.5, rel=1e-5)
   # the client optimizer's defaults: plain SGD, no momentum, no weight decay
   tx = simulation.make_client_optimizer("sgd")(0.5)
   params = {"w": jnp.full((), 2.0)}
@@ -424,16 +431,22 @@ def test_optimizer_and_schedule_defaults_by_value():
 
 
 def test_a_round_without_clients_is_counted_and_reports_the_scalar_lr(small_synthetic):
-  """Nobody available: no client trains, the round counts as empty, the model is unchanged
-  and client_lr reports the round's (scalar) lr."""
+  """Nobody available: no client trains, the round counts as empty, the model is unchanged,
+  train_loss is 0 (not 0 / 0) and client_lr reports the round's (scalar) lr; with per-client
+  schedules (lr_schedule_unit="participation") client_lr is the mean over trained slots,
+  0 here."""
   sim = make_sim(small_synthetic, avail="bernoulli", avail_hp={"probs": 0.0})
   state0 = sim.init(0)
   params0 = jax.device_get(state0.params)
   state, metrics = sim.round_step(state0)
   assert int(state.empty_rounds) == 1 and int(metrics["num_selected"]) == 0
   assert float(metrics["client_lr"]) == pytest.approx(0.1)
+  assert float(metrics["train_loss"]) == 0.0
   for a, b in zip(jax.tree_util.tree_leaves(params0), jax.tree_util.tree_leaves(state.params)):
     np.testing.assert_array_equal(a, b)
+  per_slot = rebuild(sim, config=sim.config._replace(lr_schedule_unit="participation"))
+  _, metrics = per_slot.round_step(per_slot.init(0))
+  assert float(metrics["client_lr"]) == 0.0 and float(metrics["train_loss"]) == 0.0
 
 
 def test_remember_stores_the_sketch_and_embedding_of_each_local_model(small_synthetic):
@@ -530,17 +543,6 @@ def test_init_defaults_to_seed_0_and_checks_its_seeds(small_synthetic):
     sim.init(0, availability_seed=-2)
 
 
-def test_empty_rounds_report_zero_train_loss_and_the_per_slot_lr_mean(small_synthetic):
-  """Nobody available: train_loss is 0 (not 0 / 0); with per-client schedules
-  (lr_schedule_unit="participation") client_lr is the mean over trained slots, 0 here."""
-  sim = make_sim(small_synthetic, avail="bernoulli", avail_hp={"probs": 0.0})
-  _, metrics = sim.round_step(sim.init(0))
-  assert float(metrics["train_loss"]) == 0.0
-  per_slot = rebuild(sim, config=sim.config._replace(lr_schedule_unit="participation"))
-  _, metrics = per_slot.round_step(per_slot.init(0))
-  assert float(metrics["client_lr"]) == 0.0 and float(metrics["train_loss"]) == 0.0
-
-
 def test_context_eval_value_is_the_global_test_accuracy(small_synthetic):
   sim = make_sim(small_synthetic)
   state = sim.init(0)
@@ -563,46 +565,3 @@ def test_config_lower_bounds_of_evaluation_and_embeddings(small_synthetic):
     rebuild(sim, config=sim.config._replace(eval_memory_mb=0))
   ok = rebuild(sim, config=sim.config._replace(eval_memory_mb=1, num_noise_inputs=1))
   assert ok.config.num_noise_inputs == 1
-
-
-def test_client_losses_of_a_one_example_client():
-  """The mean over a client's local examples: one example, its own loss (not halved)."""
-  from fedjax_sel.core.simulation import _mean_client_losses
-
-  apply = lambda p, x: x @ p
-  x = jnp.array([[2.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
-  y = jnp.array([1, 1, 0], jnp.int32)
-  table = jnp.zeros((0,), jnp.float32)
-  losses = _mean_client_losses(
-    apply, jnp.eye(2), jnp.array([0, 1]), x, y, jnp.array([0, 1]), jnp.array([1, 2]), 2, table
-  )
-  lse = lambda z: np.log(np.sum(np.exp(z)))
-  want0 = lse([2.0, 0.0]) - 0.0
-  want1 = ((lse([0.0, 1.0]) - 1.0) + (lse([1.0, 1.0]) - 1.0)) / 2
-  np.testing.assert_allclose(losses, [want0, want1], rtol=1e-6)
-
-
-def test_fedadagrad_first_step_by_value():
-  """optax's adagrad: accumulator 0.1 + g^2, step -lr g / sqrt(accumulator + tau), tau 1e-3."""
-  opt = simulation.make_server_optimizer("adagrad", 0.5)
-  params = {"w": jnp.zeros(())}
-  updates, _ = opt.update({"w": jnp.ones(())}, opt.init(params), params)
-  assert float(updates["w"]) == pytest.approx(-0.5 / (0.1 + 1.0 + 1e-3) ** 0.5, rel=1e-5)
-
-
-def test_embedding_and_sketch_widths(small_synthetic):
-  """No strategy that learns from updates: both per-client tables have width 0; otherwise
-  num_noise_inputs x classes for the embeddings."""
-  sim = make_sim(small_synthetic)
-  n = sim.num_clients
-  state = sim.init(0)
-  assert state.embeddings.shape == (n, 0) and state.update_sketch.shape == (n, 0)
-  cfg = sim.config._replace(num_noise_inputs=3, loss_examples=1)
-  uses = rebuild(sim, selection=selection.make("clustered_similarity", num_selected=4), config=cfg)
-  assert uses.init(0).embeddings.shape == (n, 3 * small_synthetic.num_classes)
-
-
-def test_useful_step_fraction_of_a_single_executed_step(small_synthetic):
-  sim = make_sim(small_synthetic)
-  state = sim.init(0).replace(useful_steps=jnp.float32(1.0), executed_steps=jnp.float32(1.0))
-  assert float(sim.evaluate(state)["useful_step_fraction"]) == 1.0
