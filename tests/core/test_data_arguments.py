@@ -124,6 +124,11 @@ def test_put_data_rejects_other_shapes_and_longer_clients():
   other = other._replace(test=other.test._replace(x=other.test.x.astype(np.uint16)))
   with pytest.raises(ValueError, match=r"^data\.local_test.*: uint16\[.*\]; allowed: uint8\["):
     sim.put_data(other)
+  # built on clients of one training example each: a client of two is refused (the static
+  # plan has room for one)
+  one = _sim(_images(1, counts=[1] * 8, test_counts=[1] * 8))
+  with pytest.raises(ValueError, match="a client holds 2 examples; allowed: at most 1"):
+    one.put_data(_images(2, counts=[2, 0, 1, 1, 1, 1, 1, 1], test_counts=[1] * 8))
 
 
 @pytest.mark.parametrize("par,sel", [("lanes", "uniform"), ("map", "power_of_choice")])
@@ -288,11 +293,3 @@ def test_cnn_evaluation_at_the_auto_chunk_equals_chunk_1024():
   (l1, c1), (l2, c2) = run(p, 1024), run(p, 128)
   np.testing.assert_allclose(np.asarray(l2), np.asarray(l1), rtol=1e-6, atol=1e-6)
   np.testing.assert_array_equal(np.asarray(c2), np.asarray(c1))
-
-
-def test_put_data_keeps_the_longest_client_of_one_example():
-  """Built on clients of one training example each: another set whose client holds two is
-  refused (the static plan has room for one)."""
-  sim = _sim(_images(1, counts=[1] * 8, test_counts=[1] * 8))
-  with pytest.raises(ValueError, match="a client holds 2 examples; allowed: at most 1"):
-    sim.put_data(_images(2, counts=[2, 0, 1, 1, 1, 1, 1, 1], test_counts=[1] * 8))
