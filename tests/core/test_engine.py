@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import types
 
 import jax
 import jax.numpy as jnp
@@ -39,13 +40,7 @@ def _random_clients(sizes, dim, num_classes, seed=0):
     [rng.normal(size=(n, dim)).astype(np.float32) for n in sizes],
     [rng.integers(0, num_classes, n) for n in sizes],
   )
-
-  class D:
-    train = split
-    input_shape = (dim,)
-
-  D.num_classes = num_classes
-  return D
+  return types.SimpleNamespace(train=split, input_shape=(dim,), num_classes=num_classes)
 
 
 def _equals_loop(tr, params, cohort, valid, key):
@@ -475,7 +470,6 @@ def test_fixed_steps_passes_cycle_through_num_perms_permutations(
   num_perms = min(8, max(1, ceil(K B / max(1, n_max // 4)))) (hand-computed per case);
   each pass is a permutation of the client's examples."""
   D = _random_clients(sizes, dim=3, num_classes=2)
-
   cfg = engine.EngineConfig(batch_size=batch, local_steps=local_steps, parallelism="vmap")
   _, tr = _trainer(D, client.make("sgd"), cfg, 2)
   assert tr.num_perms == num_perms
