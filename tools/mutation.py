@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import ast
 import concurrent.futures
+import glob
 import json
 import os
 import queue
@@ -357,6 +358,69 @@ def skip_annotation_mutants(session: str, source_path: str) -> int:
   return len(skip)
 
 
+# The placeholder result a session holds for a mutant another shard runs (``--shards``).
+SHARD_PLACEHOLDER = "Run by another shard (tools/mutation.py --shards)"
+
+
+def shard_sessions(session: str) -> list[str]:
+  """The shard copies of ``session`` an earlier ``--shards`` run left (in its shard trees)."""
+  stem = os.path.splitext(session)[0]
+  return sorted(glob.glob(f"{stem}.shard*.sqlite"))
+
+
+def merge_shards(session: str, shards: list[str]) -> int:
+  """Copies into ``session`` every result its shard copies hold for the mutants it left to
+  them, then deletes the placeholders still there (those mutants are pending again) and the
+  copies; returns how many results were copied. Safe after an interrupted run: what a shard
+  finished is kept, the rest runs again."""
+  copied = 0
+  with sqlite3.connect(session) as db:
+    for shard in shards:
+      db.execute("ATTACH DATABASE ? AS shard", (shard,))
+      rows = db.execute(
+        "SELECT s.worker_outcome, s.output, s.test_outcome, s.diff, s.job_id "
+        "FROM shard.work_results s JOIN work_results m ON s.job_id = m.job_id "
+        "WHERE m.output = ? AND s.output IS NOT ?",
+        (SHARD_PLACEHOLDER, SHARD_PLACEHOLDER),
+      ).fetchall()
+      db.executemany(
+        "REPLACE INTO work_results (worker_outcome, output, test_outcome, diff, job_id) "
+        "VALUES (?, ?, ?, ?, ?)",
+        rows,
+      )
+      copied += len(rows)
+      db.commit()
+      db.execute("DETACH DATABASE shard")
+    db.execute("DELETE FROM work_results WHERE output = ?", (SHARD_PLACEHOLDER,))
+  for shard in shards:
+    os.remove(shard)
+  return copied
+
+
+def split_pending(session: str, copies: list[str]) -> None:
+  """Deals ``session``'s pending mutants round-robin (in line order, so each shard gets a
+  mix of cheap and costly lines) to ``session`` and its ``copies``: each file gets a
+  placeholder result for the mutants the others run, so ``cosmic-ray exec`` skips them."""
+  with sqlite3.connect(session) as db:
+    pending = [
+      job
+      for job, in db.execute(
+        "SELECT job_id FROM mutation_specs WHERE job_id NOT IN "
+        "(SELECT job_id FROM work_results) ORDER BY start_pos_row, start_pos_col, job_id"
+      )
+    ]
+  for copy in copies:
+    shutil.copyfile(session, copy)
+  k = len(copies) + 1
+  for j, path in enumerate([session, *copies]):
+    with sqlite3.connect(path) as db:
+      db.executemany(
+        "INSERT INTO work_results (worker_outcome, output, test_outcome, diff, job_id) "
+        "VALUES ('SKIPPED', ?, NULL, NULL, ?)",
+        [(SHARD_PLACEHOLDER, job) for i, job in enumerate(pending) if i % k != j],
+      )
+
+
 def counts(session: str, cr_bin: str) -> dict:
   """killed / survived / incompetent / pending from ``cosmic-ray dump``."""
   out = subprocess.run(
@@ -433,6 +497,13 @@ def main(argv=None) -> int:
     help="files mutated side by side, each in its own worktree (default 1)",
   )
   p.add_argument(
+    "--shards",
+    type=int,
+    default=1,
+    help="one file's pending mutants dealt to this many worktrees run side by side "
+    "(<workdir>-shardJ; default 1); an interrupted sharded run is merged on the next run",
+  )
+  p.add_argument(
     "--coverage",
     action="store_true",
     help="run each mutant's tests only where they executed its lines (needs pytest-cov; "
@@ -446,6 +517,8 @@ def main(argv=None) -> int:
   args = p.parse_args(argv)
   if args.jobs < 1:
     p.error(f"--jobs must be >= 1, got {args.jobs}")
+  if args.shards < 1:
+    p.error(f"--shards must be >= 1, got {args.shards}")
   cr = args.cosmic_ray_bin
   if not os.path.exists(os.path.join(cr, "cosmic-ray")):
     p.error("cosmic-ray not found: pip install cosmic-ray==8.7.0 (or give --cosmic-ray-bin)")
@@ -477,6 +550,10 @@ def main(argv=None) -> int:
     with open(cfg, "w") as fh:
       fh.write(config_text(module, tests, args.python, args.timeout, cache, keyword, coverage_data))
     start = time.time()
+    if os.path.exists(session) and shard_sessions(session):
+      # an interrupted --shards run: keep what its shards finished, the rest is pending
+      n = merge_shards(session, shard_sessions(session))
+      print(f"{module}: {n} results of an interrupted sharded run merged", flush=True)
     if args.rerun_survivors:
       # A killed mutant stays killed when tests are only added; the survivors run again.
       with sqlite3.connect(session) as db:
@@ -484,8 +561,9 @@ def main(argv=None) -> int:
     elif args.resume and os.path.exists(session):
       pass  # `exec` runs only the mutants without a result (checked in main: same module)
     else:
-      if os.path.exists(session):
-        os.remove(session)
+      for old_session in [session, *shard_sessions(session)]:
+        if os.path.exists(old_session):
+          os.remove(old_session)
       run([os.path.join(cr, "cosmic-ray"), "init", cfg, session], wt)
       run([os.path.join(cr, "cr-filter-operators"), session, cfg], wt)
       with open(stem_of(f) + ".commit", "w") as fh:  # the source the mutants were made from
@@ -494,9 +572,40 @@ def main(argv=None) -> int:
     skipped = skip_annotation_mutants(session, os.path.join(wt, module))
     if skipped:
       print(f"{module}: {skipped} mutants in type annotations skipped", flush=True)
-    restore_sources(wt)
-    run([os.path.join(cr, "cosmic-ray"), "exec", cfg, session], wt)
-    restore_sources(wt)
+    if args.shards == 1:
+      restore_sources(wt)
+      run([os.path.join(cr, "cosmic-ray"), "exec", cfg, session], wt)
+      restore_sources(wt)
+    else:
+      # One file's mutants side by side: shard j runs every k-th pending mutant in its own
+      # worktree (same commit) on its own copy of the session; the copies are merged back.
+      runs = [(wt, cfg, session)]
+      for j in range(1, args.shards):
+        tree = worktree(f"{wt}-shard{j}", False)
+        restore_sources(tree)
+        run(["git", "checkout", "-q", "--detach", git_head(wt)], tree)
+        shard_cache = None if cache is None else os.path.join(tree, ".jax-compile-cache")
+        if cache and not os.path.exists(shard_cache) and os.path.exists(cache):
+          shutil.copytree(cache, shard_cache)  # warm start: same programs, same keys
+        shard_cfg = f"{stem_of(f)}.shard{j}.toml"
+        with open(shard_cfg, "w") as fh:
+          fh.write(
+            config_text(
+              module, tests, args.python, args.timeout, shard_cache, keyword, coverage_data
+            )
+          )
+        runs.append((tree, shard_cfg, f"{stem_of(f)}.shard{j}.sqlite"))
+      split_pending(session, [copy for _, _, copy in runs[1:]])
+
+      def exec_shard(tree, shard_cfg, copy):
+        restore_sources(tree)
+        run([os.path.join(cr, "cosmic-ray"), "exec", shard_cfg, copy], tree)
+        restore_sources(tree)
+
+      with concurrent.futures.ThreadPoolExecutor(len(runs)) as pool:
+        for fut in [pool.submit(exec_shard, *r) for r in runs]:
+          fut.result()
+      merge_shards(session, [copy for _, _, copy in runs[1:]])
     print(f"{module}: {time.time() - start:.0f} s", flush=True)
 
   if not args.report_only:

@@ -52,8 +52,10 @@ def covering_tests(data_file: str, module: str, lines: list[int]) -> set[str] | 
 
   data = coverage.CoverageData(basename=data_file)
   data.read()
-  target = os.path.realpath(module)
-  files = [f for f in data.measured_files() if os.path.realpath(f) == target]
+  # by the path inside the repository: a ``--shards`` worktree (same commit) reads the
+  # coverage measured in the first worktree
+  suffix = os.sep + os.path.normpath(module)
+  files = [f for f in data.measured_files() if os.path.realpath(f).endswith(suffix)]
   if not files:
     return None
   by_line = data.contexts_by_lineno(files[0])
