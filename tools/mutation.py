@@ -404,7 +404,7 @@ def split_pending(session: str, copies: list[str]) -> None:
   with sqlite3.connect(session) as db:
     pending = [
       job
-      for job, in db.execute(
+      for (job,) in db.execute(
         "SELECT job_id FROM mutation_specs WHERE job_id NOT IN "
         "(SELECT job_id FROM work_results) ORDER BY start_pos_row, start_pos_col, job_id"
       )

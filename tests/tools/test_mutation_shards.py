@@ -35,9 +35,7 @@ def _session(path, rows, done):
         (row, f"j{i}"),
       )
     for job, outcome in done.items():
-      db.execute(
-        "INSERT INTO work_results VALUES ('NORMAL', 'out', ?, NULL, ?)", (outcome, job)
-      )
+      db.execute("INSERT INTO work_results VALUES ('NORMAL', 'out', ?, NULL, ?)", (outcome, job))
 
 
 def _results(path):
@@ -53,7 +51,7 @@ def _run_pending(path, outcome):
     ).fetchall()
     db.executemany(
       "INSERT INTO work_results VALUES ('NORMAL', ?, 'KILLED', NULL, ?)",
-      [(f"{outcome}:{job}", job) for job, in pending],
+      [(f"{outcome}:{job}", job) for (job,) in pending],
     )
 
 
