@@ -126,6 +126,7 @@ TESTS = {
     "tests/test_library_validation.py",
     "tests/core/test_reference_round.py",
     "tests/core/test_engine.py",
+    "tests/core/test_data_arguments.py",
     "tests/core/test_client_optimizer.py",
     "tests/core/test_client_test_losses.py",
     "tests/core/test_simulation.py",

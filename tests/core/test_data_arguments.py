@@ -159,6 +159,19 @@ def test_decode_table_is_the_host_division_bit_for_bit():
   f = np.linspace(0, 1, 7, dtype=np.float32)
   assert engine.decode_table(np.float32).shape == (0,)
   np.testing.assert_array_equal(np.asarray(engine.decode_inputs(f, jnp.zeros((0,)))), f)
+  # a table for every 8- and 16-bit unsigned value; none for other integer types, which are
+  # divided (in float32) where they are read, as are float data with a divisor
+  assert engine.decode_table(np.uint16, 2.0).shape == (65536,)
+  assert engine.decode_table(np.uint16, 2.0)[65535] == np.float32(32767.5)
+  assert engine.decode_table(np.int32, 2.0).shape == (0,)
+  for v, divisor, want in [
+    (np.array([0, 3, 7], np.int32), 2.0, [0.0, 1.5, 3.5]),
+    (np.array([0.5, 2.0], np.float32), 4.0, [0.125, 0.5]),
+    (np.array([0.5, 2.0], np.float64), 1.0, [0.5, 2.0]),
+  ]:
+    got = engine.decode_inputs(jnp.asarray(v), jnp.zeros((0,), jnp.float32), divisor)
+    assert got.dtype == jnp.float32
+    np.testing.assert_array_equal(np.asarray(got), np.float32(want))
 
 
 def test_splits_keep_uint8_and_cast_other_types_to_float32():

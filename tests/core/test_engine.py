@@ -262,6 +262,25 @@ def test_client_permutations_are_uniform_permutations_of_the_first_n():
   assert chi2 < 23.5, counts
 
 
+def _permutations_by_hand(raw: np.ndarray, n: int, n_max: int) -> np.ndarray:
+  """client_permutations from the same random words, in numpy: each row sorted by (the
+  word's high bits, position), positions >= n last; the low ceil(log2 n_max) bits (at least
+  one) are left for the position."""
+  bits = max(1, int(np.ceil(np.log2(max(n_max, 1)))))
+  high = (raw >> np.uint32(bits)).astype(np.int64)
+  high[:, n:] = 1 << 40  # after every drawn word
+  pos = np.broadcast_to(np.arange(n_max), high.shape)
+  return np.stack([np.lexsort((p, h)) for h, p in zip(high, pos)]).astype(np.int32)
+
+
+def test_client_permutations_equal_a_numpy_sort_of_the_same_words():
+  for n, n_max in [(1, 1), (1, 2), (2, 2), (3, 3), (3, 5), (29, 37), (37, 37), (300, 1000)]:
+    key = jax.random.PRNGKey(n_max + n)
+    got = np.asarray(engine.client_permutations(key, jnp.int32(n), n_max, 64))
+    raw = np.asarray(jax.random.bits(key, (64, n_max), jnp.uint32))
+    np.testing.assert_array_equal(got, _permutations_by_hand(raw, n, n_max), err_msg=f"{n}/{n_max}")
+
+
 def test_auto_chunks_on_accelerators():
   cfg = engine.EngineConfig(parallelism="auto", batch_size=10)
   assert engine.resolve_kind(cfg, False, "gpu") == "chunked"
@@ -287,6 +306,10 @@ def test_auto_lanes_on_one_cpu_device():
   assert engine.auto_lane_count(np.array([100, 1, 1, 1]), 4) == 1
   # four equal clients of 10 steps: L=1 80, L=2 60, L=3 80, L=4 50
   assert engine.auto_lane_count(np.full(4, 10), 4) == 4
+  # [10, 10, 10, 1]: L=1 31 x 2 = 62, L=2 20 x 3 = 60, L=3 11 x 4 = 44, L=4 10 x 5 = 50
+  assert engine.auto_lane_count(np.array([10, 10, 10, 1]), 4) == 3
+  # a population of empty clients costs as one step each: [1, 1, 1, 1] -> L=4 1 x 5 = 5
+  assert engine.auto_lane_count(np.zeros(4, np.int64), 4) == 4
   # ... unless the lanes' parameters pass the budget (32k floats): 20,000 params -> 1 lane
   assert engine.auto_lane_count(np.full(4, 10), 4, num_params=20_000) == 1
   assert engine.auto_lane_count(np.full(100, 5), 100, num_params=14_210) == 2
