@@ -232,6 +232,8 @@ def test_auto_chunk_size_rule():
   # c=4 (100 * 1004) beats c=2 (101 * 1002).
   assert engine.auto_chunk_size(np.array([100, 1, 1, 1]), 4, overhead_lanes=64.0) == 2
   assert engine.auto_chunk_size(np.array([100, 1, 1, 1]), 4, overhead_lanes=1000.0) == 4
+  # a tie goes to the narrower chunk: no overhead, 4 x 10 steps -> c=1, 2, 4 all cost 40
+  assert engine.auto_chunk_size(np.full(4, 10), 4, overhead_lanes=0.0) == 1
 
 
 def test_auto_parallelism_picks_chunks_for_unequal_sizes_on_cpu():
@@ -279,6 +281,17 @@ def test_client_permutations_equal_a_numpy_sort_of_the_same_words():
     got = np.asarray(engine.client_permutations(key, jnp.int32(n), n_max, 64))
     raw = np.asarray(jax.random.bits(key, (64, n_max), jnp.uint32))
     np.testing.assert_array_equal(got, _permutations_by_hand(raw, n, n_max), err_msg=f"{n}/{n_max}")
+
+
+def test_client_permutations_of_the_largest_clients_sort_float_keys():
+  # n_max = 2**23 + 1 needs 24 index bits, leaving 8 random bits in a uint32 word (ties in
+  # 1 of 256): such clients sort one uniform float key per example instead
+  n_max, n = 2**23 + 1, 2**23 - 4
+  key = jax.random.PRNGKey(3)
+  got = np.asarray(engine.client_permutations(key, jnp.int32(n), n_max, 1))[0]
+  u = np.array(jax.random.uniform(key, (1, n_max)))[0]
+  u[n:] = 2.0
+  np.testing.assert_array_equal(got, np.argsort(u, kind="stable"))
 
 
 def test_auto_chunks_on_accelerators():
@@ -458,6 +471,7 @@ def test_resolve_chunk_size_of_each_explicit_mode():
   assert size("map", 20) == 1
   assert size("vmap", 20) == 20
   assert (size("chunked", 20), size("chunked", 5), size("chunked", 20, 3)) == (8, 5, 3)
+  assert (size("chunked", 20, 1), size("chunked", 1)) == (1, 1)
   assert (size("lanes", 20), size("lanes", 5), size("lanes", 20, 3)) == (8, 5, 3)
   assert size("lanes", 10, devices=2) == 5 and size("lanes", 9, devices=2) == 5  # ceil(M / d)
   assert size("lanes", 20, 3, devices=2) == 3
