@@ -486,6 +486,13 @@ def main(argv=None) -> int:
     "existing sessions (after adding tests; refused for a source file that changed)",
   )
   p.add_argument(
+    "--lines",
+    type=int,
+    nargs="+",
+    help="with --rerun-survivors: only the survivors on these lines of the (one) file "
+    "(the lines new tests target; the other survivors keep their result)",
+  )
+  p.add_argument(
     "--resume",
     action="store_true",
     help="continue existing sessions at HEAD: run only their mutants without a result "
@@ -518,6 +525,8 @@ def main(argv=None) -> int:
   args = p.parse_args(argv)
   if args.jobs < 1:
     p.error(f"--jobs must be >= 1, got {args.jobs}")
+  if args.lines and not (args.rerun_survivors and args.files and len(args.files) == 1):
+    p.error("--lines needs --rerun-survivors and one file in --files")
   if args.shards < 1:
     p.error(f"--shards must be >= 1, got {args.shards}")
   cr = args.cosmic_ray_bin
@@ -558,7 +567,15 @@ def main(argv=None) -> int:
     if args.rerun_survivors:
       # A killed mutant stays killed when tests are only added; the survivors run again.
       with sqlite3.connect(session) as db:
-        db.execute("DELETE FROM work_results WHERE test_outcome = 'SURVIVED'")
+        db.execute(
+          "DELETE FROM work_results WHERE test_outcome = 'SURVIVED'"
+          + (
+            " AND job_id IN (SELECT job_id FROM mutation_specs WHERE start_pos_row IN "
+            f"({','.join(str(int(line)) for line in args.lines)}))"
+            if args.lines
+            else ""
+          )
+        )
     elif args.resume and os.path.exists(session):
       pass  # `exec` runs only the mutants without a result (checked in main: same module)
     else:
