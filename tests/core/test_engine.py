@@ -147,6 +147,45 @@ def test_epoch_steps_match_sizes(small_synthetic):
   np.testing.assert_array_equal(np.asarray(steps), expected)
 
 
+def test_empty_clients_train_zero_steps_and_their_loss_is_zero():
+  # an empty client trains no step, in either mode; a population of empty clients still
+  # builds a one-step loop
+  for cfg in [engine.EngineConfig(local_steps=3), engine.EngineConfig(local_epochs=2)]:
+    np.testing.assert_array_equal(np.asarray(engine.steps_per_client([0, 5, 0], cfg))[[0, 2]], 0)
+  assert engine.max_steps(0, engine.EngineConfig(batch_size=4)) == 1
+  assert engine.max_steps(9, engine.EngineConfig(batch_size=4, local_epochs=2)) == 6
+  data = _random_clients([0, 5, 0], 3, 2)
+  for parallelism in ("lanes", "vmap"):
+    cfg = engine.EngineConfig(batch_size=2, parallelism=parallelism)
+    model, tr = _trainer(data, client.make("sgd"), cfg, 3)
+    params = model.init(jax.random.PRNGKey(0))
+    cohort, valid = jnp.array([0, 2, 1]), jnp.array([True, True, True])
+    out = _equals_loop(tr, params, cohort, valid, jax.random.PRNGKey(1))
+    for leaf in jax.tree_util.tree_leaves(out.deltas):
+      assert float(jnp.max(jnp.abs(leaf[:2]))) == 0.0 and float(jnp.max(jnp.abs(leaf[2]))) > 0
+    np.testing.assert_array_equal(np.asarray(out.num_steps), [0, 0, 3])
+  # the masked mean of no example is 0, not 0 / 0
+  model = models.make("logreg", (3,), 2)
+  loss = engine.cross_entropy_loss(model.apply)(
+    model.init(jax.random.PRNGKey(0)),
+    (jnp.ones((4, 3)), jnp.zeros(4, jnp.int32), jnp.zeros(4, bool)),
+  )
+  assert float(loss) == 0.0
+
+
+def test_engine_defaults_are_the_command_lines():
+  from fedjax_sel import experiment
+
+  c = experiment.default_config()
+  assert engine.EngineConfig() == engine.EngineConfig(
+    batch_size=c.batch_size,
+    local_epochs=c.local_epochs,
+    local_steps=c.local_steps or None,
+    parallelism=c.parallelism,
+    chunk_size=c.chunk_size,
+  )
+
+
 def test_bucketing_reduces_padding():
   # 8 clients: four with 100 examples, four with 10 -> vmap pads everyone to 10 steps.
   sizes = [100, 10, 100, 10, 100, 10, 100, 10]
@@ -234,6 +273,8 @@ def test_auto_chunk_size_rule():
   assert engine.auto_chunk_size(np.array([100, 1, 1, 1]), 4, overhead_lanes=1000.0) == 4
   # a tie goes to the narrower chunk: no overhead, 4 x 10 steps -> c=1, 2, 4 all cost 40
   assert engine.auto_chunk_size(np.full(4, 10), 4, overhead_lanes=0.0) == 1
+  # empty clients cost as one step each: [1, 1, 1, 1] -> c=1 12, c=2 8, c=4 6
+  assert engine.auto_chunk_size(np.zeros(4, np.int64), 4) == 4
 
 
 def test_auto_parallelism_picks_chunks_for_unequal_sizes_on_cpu():
@@ -302,6 +343,7 @@ def test_auto_chunks_on_accelerators():
   assert chunk == engine.auto_chunk_size(steps, 100, engine.AUTO_OVERHEAD_LANES_ACCELERATOR)
   # equal sizes: no padding to lose, so vmap
   assert engine.resolve_chunk_size(cfg, 100, False, "gpu", np.full(100, 5), 14_210) == 100
+  assert engine.resolve_chunk_size(cfg, 1, False, "gpu", np.full(100, 5), 14_210) == 1
 
 
 def test_auto_lanes_on_one_cpu_device():
@@ -323,6 +365,8 @@ def test_auto_lanes_on_one_cpu_device():
   assert engine.auto_lane_count(np.array([10, 10, 10, 1]), 4) == 3
   # a population of empty clients costs as one step each: [1, 1, 1, 1] -> L=4 1 x 5 = 5
   assert engine.auto_lane_count(np.zeros(4, np.int64), 4) == 4
+  # [10, 10, 1] (M = 3): L=1 21 x 2 = 42, L=2 11 x 3 = 33, L=3 10 x 4 = 40
+  assert engine.auto_lane_count(np.array([10, 10, 1]), 3) == 2
   # ... unless the lanes' parameters pass the budget (32k floats): 20,000 params -> 1 lane
   assert engine.auto_lane_count(np.full(4, 10), 4, num_params=20_000) == 1
   assert engine.auto_lane_count(np.full(100, 5), 100, num_params=14_210) == 2
