@@ -114,9 +114,7 @@ def test_engine_values(tiny, field, value):
 def test_engine_lower_bounds(tiny):
   """EngineConfig(local_steps=0) is refused (None means epochs; the CLI's 0 becomes None);
   batch 1, one local step and chunk_size 0 (its default) are allowed."""
-  one_line_error(
-    lambda: make_sim(tiny, engine=engine.EngineConfig(local_steps=0)), "local_steps=0"
-  )
+  one_line_error(lambda: make_sim(tiny, engine=engine.EngineConfig(local_steps=0)), "local_steps=0")
   for cfg in (
     engine.EngineConfig(batch_size=1, local_steps=1, chunk_size=0),
     engine.EngineConfig(batch_size=1, local_epochs=1),
@@ -252,6 +250,7 @@ def test_handmade_data_is_checked():
     (handmade(train=good.train._replace(y=good.train.y + 3)), "train.y holds label"),
     (handmade(test_y=good.test_y[:-1]), "test_x/test_y: counts sum to 3 but x holds 4"),
     (handmade(test_counts=(2, 2)), "test split has 2 clients, train 3"),
+    (handmade(train_counts=(0, 0, 0)), "none of the 3 clients holds a training example"),
   ]
   for bad, match in cases:
     one_line_error(lambda bad=bad: check_federated_data(bad), match)
