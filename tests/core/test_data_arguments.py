@@ -107,8 +107,11 @@ def test_one_program_for_datasets_of_equal_shapes():
 
 def test_put_data_rejects_other_shapes_and_longer_clients():
   sim = _sim(_images(1))
-  with pytest.raises(ValueError, match="train"):
-    sim.put_data(_images(2, counts=[30, 7, 55, 12, 40, 3, 25, 19]))  # one example more
+  # one example more: the trainer's own check (also ``train.with_data``'s) names it first
+  with pytest.raises(
+    ValueError, match=r"^training data x: uint8\[191, 8, 8, 1\]; allowed: uint8\[190,"
+  ):
+    sim.put_data(_images(2, counts=[30, 7, 55, 12, 40, 3, 25, 19]))
   with pytest.raises(ValueError, match="a client holds 56 examples; allowed: at most 55"):
     sim.put_data(
       _images(2, counts=[30, 7, 56, 12, 40, 3, 25, 17], test_counts=[7, 1, 13, 3, 10, 1, 6, 4])
@@ -164,6 +167,11 @@ def test_decode_table_is_the_host_division_bit_for_bit():
   assert engine.decode_table(np.uint16, 2.0).shape == (65536,)
   assert engine.decode_table(np.uint16, 2.0)[65535] == np.float32(32767.5)
   assert engine.decode_table(np.int32, 2.0).shape == (0,)
+  # the defaults: no division
+  v = jnp.array([3, 255], jnp.int32)
+  np.testing.assert_array_equal(np.asarray(engine.decode_inputs(v, jnp.zeros((0,)))), [3, 255])
+  arrays = engine.train_arrays(np.array([[7], [255]], np.uint8), [0, 1], [0], [2])
+  np.testing.assert_array_equal(np.asarray(arrays.table)[[7, 255]], [7.0, 255.0])
   for v, divisor, want in [
     (np.array([0, 3, 7], np.int32), 2.0, [0.0, 1.5, 3.5]),
     (np.array([0.5, 2.0], np.float32), 4.0, [0.125, 0.5]),

@@ -113,6 +113,20 @@ def test_lanes_with_momentum_equal_loop(small_synthetic, num_lanes):
   assert float(out.padded_steps) == float(np.max(np.asarray(load))) * lanes
 
 
+@pytest.mark.parametrize("local_steps", [1, 17])
+def test_lanes_loop_runs_its_last_partial_block(small_synthetic, local_steps):
+  # the lanes loop runs blocks of LANE_BLOCK = 16 iterations: a makespan of 1 or 17 ends in a
+  # block of one iteration
+  cfg = engine.EngineConfig(
+    batch_size=8, local_steps=local_steps, parallelism="lanes", chunk_size=2
+  )
+  model, tr = _trainer(small_synthetic, client.make("sgd"), cfg, 2)
+  params = model.init(jax.random.PRNGKey(0))
+  cohort, valid = jnp.array([3, 0]), jnp.array([True, True])
+  out = _equals_loop(tr, params, cohort, valid, jax.random.PRNGKey(9))
+  assert tr.kind == "lanes" and float(out.padded_steps) == 2 * local_steps
+
+
 @pytest.mark.parametrize("num_lanes", [1, 3, 4, 16])
 def test_assign_lanes_is_longest_first_to_least_loaded(num_lanes):
   steps = np.array([5, 0, 17, 3, 3, 9, 1, 0, 12, 4], np.int32)
@@ -357,6 +371,9 @@ def test_auto_lanes_on_one_cpu_device():
     assert engine.resolve_kind(cfg._replace(parallelism=mode), False, "cpu") == kind
   # LPT makespan by hand: [17, 12, 9, 5, 4, 3, 3, 1] on 3 lanes -> loads 18, 19, 17
   assert engine.lpt_makespan([17, 12, 9, 5, 4, 3, 3, 1], 3) == 19
+  assert engine.lpt_makespan([3, 4], 0) == 7  # fewer than one lane is one
+  # a lane-step's fixed part is one client-step: [10, 4] -> L=1 14 x 2 = 28 < L=2 10 x 3 = 30
+  assert engine.auto_lane_count(np.array([10, 4]), 2) == 1
   # cost = makespan x (1 + L): [100, 1, 1, 1] -> L=1: 103 x 2 = 206 < L=2: 100 x 3
   assert engine.auto_lane_count(np.array([100, 1, 1, 1]), 4) == 1
   # four equal clients of 10 steps: L=1 80, L=2 60, L=3 80, L=4 50
@@ -516,6 +533,11 @@ def test_resolve_chunk_size_of_each_explicit_mode():
   assert size("vmap", 20) == 20
   assert (size("chunked", 20), size("chunked", 5), size("chunked", 20, 3)) == (8, 5, 3)
   assert (size("chunked", 20, 1), size("chunked", 1)) == (1, 1)
+  # chunks of one client run the flat loop; of two, the chunked one
+  data = _random_clients([3, 5, 2], 3, 2)
+  for chunk_size, kind in [(1, "flat"), (2, "chunked")]:
+    c = cfg._replace(parallelism="chunked", chunk_size=chunk_size)
+    assert _trainer(data, client.make("sgd"), c, 3)[1].kind == kind
   assert (size("lanes", 20), size("lanes", 5), size("lanes", 20, 3)) == (8, 5, 3)
   assert size("lanes", 10, devices=2) == 5 and size("lanes", 9, devices=2) == 5  # ceil(M / d)
   assert size("lanes", 20, 3, devices=2) == 3
