@@ -358,6 +358,10 @@ def test_auto_chunks_on_accelerators():
   # equal sizes: no padding to lose, so vmap
   assert engine.resolve_chunk_size(cfg, 100, False, "gpu", np.full(100, 5), 14_210) == 100
   assert engine.resolve_chunk_size(cfg, 1, False, "gpu", np.full(100, 5), 14_210) == 1
+  # (64 + c) x the sum of chunk maxima: [131, 2] c=1 133 x 65 = 8645 < c=2 131 x 66 = 8646;
+  # [129, 2] c=1 131 x 65 = 8515 > c=2 129 x 66 = 8514
+  assert engine.resolve_chunk_size(cfg, 2, False, "gpu", np.array([131, 2])) == 1
+  assert engine.resolve_chunk_size(cfg, 2, False, "gpu", np.array([129, 2])) == 2
 
 
 def test_auto_lanes_on_one_cpu_device():
