@@ -542,6 +542,8 @@ def test_resolve_chunk_size_of_each_explicit_mode():
   for chunk_size, kind in [(1, "flat"), (2, "chunked")]:
     c = cfg._replace(parallelism="chunked", chunk_size=chunk_size)
     assert _trainer(data, client.make("sgd"), c, 3)[1].kind == kind
+  # a trainer is for a dense model unless told conv=True: auto runs lanes on one CPU device
+  assert _trainer(data, client.make("sgd"), cfg._replace(parallelism="auto"), 3)[1].kind == "lanes"
   assert (size("lanes", 20), size("lanes", 5), size("lanes", 20, 3)) == (8, 5, 3)
   assert size("lanes", 10, devices=2) == 5 and size("lanes", 9, devices=2) == 5  # ceil(M / d)
   assert size("lanes", 20, 3, devices=2) == 3
