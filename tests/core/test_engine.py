@@ -371,6 +371,7 @@ def test_auto_lanes_on_one_cpu_device():
   # ... per device on several: one lane each
   assert engine.resolve_kind(cfg, True, "cpu", num_devices=2) == "lanes"
   assert engine.resolve_chunk_size(cfg, 10, True, "cpu", np.full(10, 5), 1_663_370, 2) == 1
+  assert engine.resolve_chunk_size(cfg, 10, True, "cpu", np.full(10, 5), 610, 2) == 1  # small CNN
   for mode, kind in [("map", "flat"), ("vmap", "chunked"), ("chunked", "chunked")]:
     assert engine.resolve_kind(cfg._replace(parallelism=mode), False, "cpu") == kind
   # LPT makespan by hand: [17, 12, 9, 5, 4, 3, 3, 1] on 3 lanes -> loads 18, 19, 17
