@@ -130,6 +130,8 @@ TESTS = {
     "tests/core/test_client_optimizer.py",
     "tests/core/test_client_test_losses.py",
     "tests/core/test_simulation.py",
+    # last: the placement branches only a run of two processes takes
+    "tests/experiments/test_multiprocess.py",
   ],
   # in-process value tests first; the multi-process runs reach initialize's joining branch
   "core/distributed.py": [
