@@ -168,6 +168,7 @@ def test_decode_table_is_the_host_division_bit_for_bit():
   assert engine.decode_table(np.uint16, 2.0)[65535] == np.float32(32767.5)
   assert engine.decode_table(np.int32, 2.0).shape == (0,)
   # the defaults: no division
+  assert engine.decode_table(np.uint8)[255] == np.float32(255.0)
   v = jnp.array([3, 255], jnp.int32)
   np.testing.assert_array_equal(np.asarray(engine.decode_inputs(v, jnp.zeros((0,)))), [3, 255])
   arrays = engine.train_arrays(np.array([[7], [255]], np.uint8), [0, 1], [0], [2])

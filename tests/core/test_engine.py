@@ -571,6 +571,8 @@ def _passes(tr, client, steps, key):
     ([2, 40], 2, 5, 0, 1),
     # ceil(12 / 10) = 2 (client 0: 4 passes)
     ([3, 40], 3, 4, 0, 2),
+    # n_max // 4 = 10, not 10.5: ceil(21 / 10) = 3 (client 0: 7 passes)
+    ([3, 42], 3, 7, 0, 3),
   ],
 )
 def test_fixed_steps_passes_cycle_through_num_perms_permutations(
