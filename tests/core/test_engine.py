@@ -289,6 +289,11 @@ def test_auto_chunk_size_rule():
   assert engine.auto_chunk_size(np.full(4, 10), 4, overhead_lanes=0.0) == 1
   # empty clients cost as one step each: [1, 1, 1, 1] -> c=1 12, c=2 8, c=4 6
   assert engine.auto_chunk_size(np.zeros(4, np.int64), 4) == 4
+  # the default overhead of two lanes: [5, 2] -> c=1 7 x 3 = 21 > c=2 5 x 4 = 20
+  assert engine.auto_chunk_size(np.array([5, 2]), 2) == 2
+  # chunks of the cohort sorted longest first, the padding last: [10, 5, 1] -> c=1 16 x 3 =
+  # 48, c=2 chunks [10, 5] [1, pad] (10 + 1) x 4 = 44, c=3 10 x 5 = 50
+  assert engine.auto_chunk_size(np.array([10, 5, 1]), 3) == 2
 
 
 def test_auto_parallelism_picks_chunks_for_unequal_sizes_on_cpu():
