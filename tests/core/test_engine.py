@@ -406,6 +406,7 @@ def test_auto_lanes_on_one_cpu_device():
   assert per_device == engine.auto_lane_count(steps, 50, 610, param_budget=2 * (1 << 15))
   # the lane-parameter budget grows with the devices in use: the MLP gets up to 4 per device
   assert engine.lane_param_budget(2) == 2 * engine.lane_param_budget(1)
+  assert engine.lane_param_budget(0) == engine.lane_param_budget(1)  # at least one device
   assert engine.auto_lane_count(np.full(100, 5), 50, 14_210, param_budget=1 << 16) == 4
 
 
