@@ -559,12 +559,19 @@ def main(argv=None) -> int:
       # measured anew when a session continues at HEAD: the tests may have changed
       if args.rerun_survivors or args.resume or not os.path.exists(coverage_data):
         measure_coverage(wt, args.python, module, tests, keyword, coverage_data, cache)
-    with open(cfg, "w") as fh:
-      fh.write(config_text(module, tests, args.python, args.timeout, cache, keyword, coverage_data))
+
+    def write_config(path: str, cache_dir: str | None) -> None:
+      with open(path, "w") as fh:
+        fh.write(
+          config_text(module, tests, args.python, args.timeout, cache_dir, keyword, coverage_data)
+        )
+
+    write_config(cfg, cache)
     start = time.time()
-    if os.path.exists(session) and shard_sessions(session):
+    leftover = shard_sessions(session)
+    if os.path.exists(session) and leftover:
       # an interrupted --shards run: keep what its shards finished, the rest is pending
-      n = merge_shards(session, shard_sessions(session))
+      n = merge_shards(session, leftover)
       print(f"{module}: {n} results of an interrupted sharded run merged", flush=True)
     if args.rerun_survivors:
       # A killed mutant stays killed when tests are only added; the survivors run again.
@@ -592,40 +599,33 @@ def main(argv=None) -> int:
     skipped = skip_annotation_mutants(session, os.path.join(wt, module))
     if skipped:
       print(f"{module}: {skipped} mutants in type annotations skipped", flush=True)
-    if args.shards == 1:
-      restore_sources(wt)
-      run([os.path.join(cr, "cosmic-ray"), "exec", cfg, session], wt)
-      restore_sources(wt)
-    else:
-      # One file's mutants side by side: shard j runs every k-th pending mutant in its own
-      # worktree (same commit) on its own copy of the session; the copies are merged back.
-      runs = [(wt, cfg, session)]
-      for j in range(1, args.shards):
-        tree = worktree(f"{wt}-shard{j}", False)
-        restore_sources(tree)
-        run(["git", "checkout", "-q", "--detach", git_head(wt)], tree)
-        shard_cache = None if cache is None else os.path.join(tree, ".jax-compile-cache")
-        if cache and not os.path.exists(shard_cache) and os.path.exists(cache):
-          shutil.copytree(cache, shard_cache)  # warm start: same programs, same keys
-        shard_cfg = f"{stem_of(f)}.shard{j}.toml"
-        with open(shard_cfg, "w") as fh:
-          fh.write(
-            config_text(
-              module, tests, args.python, args.timeout, shard_cache, keyword, coverage_data
-            )
-          )
-        runs.append((tree, shard_cfg, f"{stem_of(f)}.shard{j}.sqlite"))
-      split_pending(session, [copy for _, _, copy in runs[1:]])
+    # With --shards K, one file's mutants run side by side: shard j runs every K-th pending
+    # mutant in its own worktree (same commit) on its own copy of the session; the copies
+    # are merged back.
+    runs = [(wt, cfg, session)]
+    for j in range(1, args.shards):
+      tree = worktree(f"{wt}-shard{j}", False)
+      restore_sources(tree)
+      run(["git", "checkout", "-q", "--detach", git_head(wt)], tree)
+      shard_cache = None if cache is None else os.path.join(tree, ".jax-compile-cache")
+      if cache and not os.path.exists(shard_cache) and os.path.exists(cache):
+        shutil.copytree(cache, shard_cache)  # warm start: same programs, same keys
+      write_config(f"{stem_of(f)}.shard{j}.toml", shard_cache)
+      runs.append((tree, f"{stem_of(f)}.shard{j}.toml", f"{stem_of(f)}.shard{j}.sqlite"))
+    copies = [copy for _, _, copy in runs[1:]]
+    if copies:
+      split_pending(session, copies)
 
-      def exec_shard(tree, shard_cfg, copy):
-        restore_sources(tree)
-        run([os.path.join(cr, "cosmic-ray"), "exec", shard_cfg, copy], tree)
-        restore_sources(tree)
+    def execute(tree: str, config: str, db: str) -> None:
+      restore_sources(tree)
+      run([os.path.join(cr, "cosmic-ray"), "exec", config, db], tree)
+      restore_sources(tree)
 
-      with concurrent.futures.ThreadPoolExecutor(len(runs)) as pool:
-        for fut in [pool.submit(exec_shard, *r) for r in runs]:
-          fut.result()
-      merge_shards(session, [copy for _, _, copy in runs[1:]])
+    with concurrent.futures.ThreadPoolExecutor(len(runs)) as pool:
+      for fut in [pool.submit(execute, *r) for r in runs]:
+        fut.result()
+    if copies:
+      merge_shards(session, copies)
     print(f"{module}: {time.time() - start:.0f} s", flush=True)
 
   if not args.report_only:
