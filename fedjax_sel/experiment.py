@@ -406,11 +406,7 @@ def _setup(c, output_dir, resume, dataset, simulation) -> _Setup:
       dataset = simulation.data
     elif dataset is None:
       dataset = load_data(c)
-    if int(np.sum(dataset.train.counts)) == 0:
-      raise ValueError(
-        f"dataset {dataset.name!r}: all of its {dataset.num_clients} clients have 0 "
-        "training examples; allowed: at least one client with examples"
-      )
+    data.federated.check_has_training_examples(dataset)
     # several processes: each loaded (or generated) the data itself; they must agree
     tr = dataset.train
     distributed.check_same_everywhere("the config", _fingerprint(c))

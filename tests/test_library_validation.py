@@ -250,7 +250,7 @@ def test_handmade_data_is_checked():
     (handmade(train=good.train._replace(y=good.train.y + 3)), "train.y holds label"),
     (handmade(test_y=good.test_y[:-1]), "test_x/test_y: counts sum to 3 but x holds 4"),
     (handmade(test_counts=(2, 2)), "test split has 2 clients, train 3"),
-    (handmade(train_counts=(0, 0, 0)), "none of the 3 clients holds a training example"),
+    (handmade(train_counts=(0, 0, 0)), "all of its 3 clients have 0 training examples"),
   ]
   for bad, match in cases:
     one_line_error(lambda bad=bad: check_federated_data(bad), match)

@@ -190,16 +190,22 @@ def check_split(split: ClientSplit, name: str, num_classes: int) -> None:
     )
 
 
+def check_has_training_examples(data: FederatedData) -> None:
+  """Raises ValueError, naming the dataset, when none of its clients holds a training
+  example (there is nothing to train on)."""
+  if int(np.sum(data.train.counts)) == 0:
+    raise ValueError(
+      f"dataset {data.name!r}: all of its {data.num_clients} clients have 0 "
+      "training examples; allowed: at least one client with examples"
+    )
+
+
 def check_federated_data(data: FederatedData) -> None:
   """Raises ValueError naming the bad value unless ``data`` is consistent: both splits pass
   :func:`check_split` with the same N, some client holds a training example, and the global
   test set's x and y have equal lengths and labels in [0, num_classes)."""
   check_split(data.train, "train", data.num_classes)
-  if not int(np.sum(data.train.counts)):
-    raise ValueError(
-      f"train: none of the {data.train.num_clients} clients holds a training example; "
-      "allowed: at least one example"
-    )
+  check_has_training_examples(data)
   check_split(data.test, "test", data.num_classes)
   if data.test.num_clients != data.train.num_clients:
     raise ValueError(
