@@ -397,6 +397,8 @@ def test_auto_lanes_on_one_cpu_device():
   # ... unless the lanes' parameters pass the budget (32k floats): 20,000 params -> 1 lane
   assert engine.auto_lane_count(np.full(4, 10), 4, num_params=20_000) == 1
   assert engine.auto_lane_count(np.full(100, 5), 100, num_params=14_210) == 2
+  # a model larger than the whole budget (40,000 > 32,768) still gets one lane, not 0
+  assert engine.auto_lane_count(np.full(4, 10), 4, num_params=40_000) == 1
   # the Synthetic-like heavy tail with logistic regression: a handful of lanes
   steps = np.concatenate([np.full(60, 5), np.full(30, 20), np.full(10, 200)])
   lanes = engine.resolve_chunk_size(cfg, 100, False, "cpu", steps, num_params=610)
