@@ -375,11 +375,17 @@ def merge_shards(session: str, shards: list[str]) -> int:
   """Copies into ``session`` every result its shard copies hold for the mutants it left to
   them, then deletes the placeholders still there (those mutants are pending again) and the
   copies; returns how many results were copied. Safe after an interrupted run: what a shard
-  finished is kept, the rest runs again."""
+  finished is kept, the rest runs again. A copy without cosmic-ray's results table (e.g. an
+  empty file that opening a deleted copy with sqlite3 creates) holds no result."""
   copied = 0
   with sqlite3.connect(session) as db:
     for shard in shards:
       db.execute("ATTACH DATABASE ? AS shard", (shard,))
+      if not db.execute(
+        "SELECT 1 FROM shard.sqlite_master WHERE type = 'table' AND name = 'work_results'"
+      ).fetchone():
+        db.execute("DETACH DATABASE shard")
+        continue
       rows = db.execute(
         "SELECT s.worker_outcome, s.output, s.test_outcome, s.diff, s.job_id "
         "FROM shard.work_results s JOIN work_results m ON s.job_id = m.job_id "

@@ -93,3 +93,17 @@ def test_interrupted_shard_keeps_what_it_finished(tmp_path):
   merged = _results(main)
   assert merged == {"j1": "done"}  # j0, j2 (main never ran) and j3 are pending again
   assert mutation.SHARD_PLACEHOLDER not in merged.values()
+
+
+def test_empty_leftover_copy_holds_no_result(tmp_path):
+  """An empty leftover copy (sqlite3 creates one when a deleted copy is opened) is removed
+  with the placeholders, not an error: its mutants are pending again."""
+  main = str(tmp_path / "engine.sqlite")
+  _session(main, [1, 2, 3], {"j0": "KILLED"})
+  copy = str(tmp_path / "engine.shard1.sqlite")
+  mutation.split_pending(main, [copy])  # main runs j1; the shard j2
+  os.remove(copy)
+  sqlite3.connect(copy).close()  # an empty file in its place
+  assert mutation.merge_shards(main, mutation.shard_sessions(main)) == 0
+  assert _results(main) == {"j0": "out"}
+  assert not os.path.exists(copy)
