@@ -167,6 +167,12 @@ def test_empty_clients_train_zero_steps_and_their_loss_is_zero():
   for cfg in [engine.EngineConfig(local_steps=3), engine.EngineConfig(local_epochs=2)]:
     np.testing.assert_array_equal(np.asarray(engine.steps_per_client([0, 5, 0], cfg))[[0, 2]], 0)
   assert engine.max_steps(0, engine.EngineConfig(batch_size=4)) == 1
+  assert engine.max_steps(0, engine.EngineConfig(batch_size=1)) == 1
+  assert engine.max_steps(1, engine.EngineConfig(batch_size=1)) == 1
+  # a client of one example trains its fixed steps (only an empty one trains none)
+  np.testing.assert_array_equal(
+    np.asarray(engine.steps_per_client([0, 1, 2], engine.EngineConfig(local_steps=3))), [0, 3, 3]
+  )
   assert engine.max_steps(9, engine.EngineConfig(batch_size=4, local_epochs=2)) == 6
   data = _random_clients([0, 5, 0], 3, 2)
   for parallelism in ("lanes", "vmap"):
@@ -291,6 +297,11 @@ def test_auto_chunk_size_rule():
   assert engine.auto_chunk_size(np.zeros(4, np.int64), 4) == 4
   # the default overhead of two lanes: [5, 2] -> c=1 7 x 3 = 21 > c=2 5 x 4 = 20
   assert engine.auto_chunk_size(np.array([5, 2]), 2) == 2
+  # ... and not three: [10, 3] -> c=1 13 x 3 = 39 < c=2 10 x 4 = 40 (with 3: 52 > 50)
+  assert engine.auto_chunk_size(np.array([10, 3]), 2) == 1
+  # empty clients are left out of the typical cohort when others have steps: [0, 0, 0, 10]
+  # is four clients of 10 steps (c=4 10 x 6 = 60), not [10, 0, 0, 0] (c=1 10 x 3 = 30)
+  assert engine.auto_chunk_size(np.array([0, 0, 0, 10]), 4) == 4
   # chunks of the cohort sorted longest first, the padding last: [10, 5, 1] -> c=1 16 x 3 =
   # 48, c=2 chunks [10, 5] [1, pad] (10 + 1) x 4 = 44, c=3 10 x 5 = 50
   assert engine.auto_chunk_size(np.array([10, 5, 1]), 3) == 2
@@ -354,6 +365,33 @@ def test_client_permutations_of_the_largest_clients_sort_float_keys():
   np.testing.assert_array_equal(got, np.argsort(u, kind="stable"))
 
 
+def test_client_permutations_of_23_index_bits_sort_packed_words():
+  # n_max = 2**23 needs 23 index bits and still sorts packed words: 9 random high bits, ties
+  # in index order, i.e. a lexicographic sort by (random bits, index)
+  n_max, n = 2**23, 2**23 - 4
+  key = jax.random.PRNGKey(3)
+  got = np.asarray(engine.client_permutations(key, jnp.int32(n), n_max, 1))[0]
+  r = np.asarray(jax.random.bits(key, (1, n_max), jnp.uint32))[0] >> 23
+  r[n:] = 0xFFFFFFFF >> 23  # past the client's examples: last
+  np.testing.assert_array_equal(got, np.lexsort((np.arange(n_max), r)))
+
+
+def test_tiny_clients_with_fixed_steps_equal_the_loop():
+  # clients of fewer than 4 examples: the permutation count's divisor n_max // 4 is 0
+  data = _random_clients([1, 3, 2], 3, 2)
+  for parallelism in ("lanes", "vmap"):
+    cfg = engine.EngineConfig(batch_size=2, local_steps=3, parallelism=parallelism)
+    model, tr = _trainer(data, client.make("sgd"), cfg, 3)
+    out = _equals_loop(
+      tr,
+      model.init(jax.random.PRNGKey(0)),
+      jnp.array([0, 1, 2]),
+      jnp.ones(3, bool),
+      jax.random.PRNGKey(1),
+    )
+    np.testing.assert_array_equal(np.asarray(out.num_steps), [3, 3, 3])
+
+
 def test_auto_chunks_on_accelerators():
   cfg = engine.EngineConfig(parallelism="auto", batch_size=10)
   assert engine.resolve_kind(cfg, False, "gpu") == "chunked"
@@ -392,6 +430,9 @@ def test_auto_lanes_on_one_cpu_device():
   assert engine.auto_lane_count(np.array([10, 10, 10, 1]), 4) == 3
   # a population of empty clients costs as one step each: [1, 1, 1, 1] -> L=4 1 x 5 = 5
   assert engine.auto_lane_count(np.zeros(4, np.int64), 4) == 4
+  # empty clients are left out of the typical cohort when others have steps: [0, 0, 0, 10]
+  # costs as four clients of 10 steps (L=4), not as [0, 0, 0, 10] (makespan 10: L=1)
+  assert engine.auto_lane_count(np.array([0, 0, 0, 10]), 4) == 4
   # [10, 10, 1] (M = 3): L=1 21 x 2 = 42, L=2 11 x 3 = 33, L=3 10 x 4 = 40
   assert engine.auto_lane_count(np.array([10, 10, 1]), 3) == 2
   # ... unless the lanes' parameters pass the budget (32k floats): 20,000 params -> 1 lane
