@@ -498,8 +498,15 @@ def make_cohort_trainer(
     accepts data whose clients hold at most as many examples as the longest one here.
   """
   validate_engine_config(cfg)
+  check_range("num_selected", num_selected, 1)
+  check_range("x_divisor", x_divisor, 0.0, low_inclusive=False)
   counts_np = np.asarray(counts, np.int64)
-  n_max = max(int(counts_np.max()), 1) if counts_np.size else 1
+  if not np.any(counts_np > 0):  # nothing to train on (the gather would fail inside JAX)
+    raise ValueError(
+      f"counts: all of the {counts_np.size} clients have 0 training examples; "
+      "allowed: at least one client with examples"
+    )
+  n_max = max(int(counts_np.max()), 1)
   s_max = max_steps(n_max, cfg)
   batch = cfg.batch_size
   steps_np = np.asarray(steps_per_client(counts_np, cfg))

@@ -193,6 +193,34 @@ def test_empty_clients_train_zero_steps_and_their_loss_is_zero():
   assert float(loss) == 0.0
 
 
+def test_trainer_refuses_what_it_cannot_train():
+  # a population without a training example, no cohort slot, a divisor of 0: one message
+  # naming the value each, not an error from inside JAX
+  cfg = engine.EngineConfig(batch_size=2)
+  with pytest.raises(ValueError, match="all of the 3 clients have 0 training examples"):
+    _trainer(_random_clients([0, 0, 0], 3, 2), client.make("sgd"), cfg, 2)
+  data = _random_clients([0, 1, 0], 3, 2)
+  with pytest.raises(ValueError, match="num_selected=0"):
+    _trainer(data, client.make("sgd"), cfg, 0)
+  model = models.make("logreg", (3,), 2)
+  for bad in (0.0, -255.0):
+    with pytest.raises(ValueError, match=f"x_divisor={bad}"):
+      engine.make_cohort_trainer(
+        model.apply,
+        client.make("sgd"),
+        make_client_optimizer("sgd", 0.0),
+        jnp.asarray(data.train.x),
+        jnp.asarray(data.train.y),
+        data.train.offsets,
+        data.train.counts,
+        cfg,
+        2,
+        x_divisor=bad,
+      )
+  # one client with one example and one slot are enough
+  _trainer(data, client.make("sgd"), cfg, 1)
+
+
 def test_engine_defaults_are_the_command_lines():
   from fedjax_sel import experiment
 
