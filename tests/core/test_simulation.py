@@ -18,10 +18,13 @@ from fedjax_sel.core import engine, simulation
 
 def make_sim(data, m=4, sel="uniform", avail="idl", agg="fedavg", rule="sgd", **kw):
   model = models.make("logreg", data.input_shape, data.num_classes)
+  mode, _, chunk = kw.pop("par", "vmap").partition(":")  # "chunked:3": chunks of 3 clients
   cfg = simulation.SimulationConfig(
     client_lr=0.1,
     lr_decay=0.998,
-    engine=engine.EngineConfig(batch_size=10, local_steps=5, parallelism=kw.pop("par", "vmap")),
+    engine=engine.EngineConfig(
+      batch_size=10, local_steps=5, parallelism=mode, chunk_size=int(chunk or 0)
+    ),
   )
   return simulation.Simulation(
     data,
@@ -151,10 +154,11 @@ def _run_devices(n, par):
   return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("par,n", [("vmap", 4), ("auto", 2), ("lanes", 3)])
+@pytest.mark.parametrize("par,n", [("vmap", 4), ("auto", 2), ("lanes", 3), ("chunked:3", 2)])
 def test_one_device_equals_several_devices(par, n):
   # auto on CPU: lanes; on several devices each runs lanes on its share of the cohort
-  # (3 devices for 4 slots: one padded slot)
+  # (3 devices for 4 slots: one padded slot); chunks of 3 for 4 slots: two chunks, 2 padded
+  # slots, whatever the device count
   one = _run_devices(1, par)
   several = _run_devices(n, par)
   assert one["n"] == 1 and several["n"] == n
