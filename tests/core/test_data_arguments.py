@@ -166,16 +166,20 @@ def test_decode_table_is_the_host_division_bit_for_bit():
   # divided (in float32) where they are read, as are float data with a divisor
   assert engine.decode_table(np.uint16, 2.0).shape == (65536,)
   assert engine.decode_table(np.uint16, 2.0)[65535] == np.float32(32767.5)
-  assert engine.decode_table(np.int32, 2.0).shape == (0,)
+  for signed in (np.int8, np.int16, np.int32):  # negative values: no table of 0..2**k - 1
+    assert engine.decode_table(signed, 2.0).shape == (0,)
   # the defaults: no division
   assert engine.decode_table(np.uint8)[255] == np.float32(255.0)
   v = jnp.array([3, 255], jnp.int32)
-  np.testing.assert_array_equal(np.asarray(engine.decode_inputs(v, jnp.zeros((0,)))), [3, 255])
+  got = engine.decode_inputs(v, jnp.zeros((0,)))
+  assert got.dtype == jnp.float32  # integer data become float32 inputs, divisor 1 or not
+  np.testing.assert_array_equal(np.asarray(got), [3.0, 255.0])
   arrays = engine.train_arrays(np.array([[7], [255]], np.uint8), [0, 1], [0], [2])
   np.testing.assert_array_equal(np.asarray(arrays.table)[[7, 255]], [7.0, 255.0])
   for v, divisor, want in [
     (np.array([0, 3, 7], np.int32), 2.0, [0.0, 1.5, 3.5]),
     (np.array([0.5, 2.0], np.float32), 4.0, [0.125, 0.5]),
+    (np.array([0.5, 2.0], np.float32), 2.0, [0.25, 1.0]),
     (np.array([0.5, 2.0], np.float64), 1.0, [0.5, 2.0]),
   ]:
     got = engine.decode_inputs(jnp.asarray(v), jnp.zeros((0,), jnp.float32), divisor)

@@ -650,6 +650,10 @@ def _passes(tr, client, steps, key):
     ([3, 40], 3, 4, 0, 2),
     # n_max // 4 = 10, not 10.5: ceil(21 / 10) = 3 (client 0: 7 passes)
     ([3, 42], 3, 7, 0, 3),
+    # n_max // 4 = 1 (n_max < 8): ceil(9 / 1) = 9, capped at 8 (client 0: 3 passes)
+    ([3, 6], 3, 3, 0, 8),
+    # a client of one example at batch 1: every step reads that example (3 passes)
+    ([1, 40], 1, 3, 0, 1),
   ],
 )
 def test_fixed_steps_passes_cycle_through_num_perms_permutations(
