@@ -42,6 +42,7 @@ from jax.sharding import PartitionSpec as P
 
 from fedjax_sel.core.registry import check_range
 from fedjax_sel.core.types import ClientUpdate
+from fedjax_sel.data.federated import check_counts_have_examples
 
 PARALLELISM = ("auto", "vmap", "map", "chunked", "lanes")
 
@@ -501,12 +502,8 @@ def make_cohort_trainer(
   check_range("num_selected", num_selected, 1)
   check_range("x_divisor", x_divisor, 0.0, low_inclusive=False)
   counts_np = np.asarray(counts, np.int64)
-  if not np.any(counts_np > 0):  # nothing to train on (the gather would fail inside JAX)
-    raise ValueError(
-      f"counts: all of the {counts_np.size} clients have 0 training examples; "
-      "allowed: at least one client with examples"
-    )
-  n_max = max(int(counts_np.max()), 1)
+  check_counts_have_examples(counts_np, "counts")  # else the gather fails inside JAX
+  n_max = int(counts_np.max())
   s_max = max_steps(n_max, cfg)
   batch = cfg.batch_size
   steps_np = np.asarray(steps_per_client(counts_np, cfg))

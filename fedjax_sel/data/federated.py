@@ -190,14 +190,20 @@ def check_split(split: ClientSplit, name: str, num_classes: int) -> None:
     )
 
 
-def check_has_training_examples(data: FederatedData) -> None:
-  """Raises ValueError, naming the dataset, when none of its clients holds a training
-  example (there is nothing to train on)."""
-  if int(np.sum(data.train.counts)) == 0:
+def check_counts_have_examples(counts, what: str) -> None:
+  """Raises ValueError, naming ``what``, when no client's count (i[N] training examples per
+  client) is positive: there is nothing to train on."""
+  counts = np.asarray(counts)
+  if not np.any(counts > 0):
     raise ValueError(
-      f"dataset {data.name!r}: all of its {data.num_clients} clients have 0 "
-      "training examples; allowed: at least one client with examples"
+      f"{what}: all of its {counts.size} clients have 0 training examples; "
+      "allowed: at least one client with examples"
     )
+
+
+def check_has_training_examples(data: FederatedData) -> None:
+  """:func:`check_counts_have_examples` of ``data``'s training split, naming the dataset."""
+  check_counts_have_examples(data.train.counts, f"dataset {data.name!r}")
 
 
 def check_federated_data(data: FederatedData) -> None:

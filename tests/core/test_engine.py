@@ -197,7 +197,7 @@ def test_trainer_refuses_what_it_cannot_train():
   # a population without a training example, no cohort slot, a divisor of 0: one message
   # naming the value each, not an error from inside JAX
   cfg = engine.EngineConfig(batch_size=2)
-  with pytest.raises(ValueError, match="all of the 3 clients have 0 training examples"):
+  with pytest.raises(ValueError, match="counts: all of its 3 clients have 0 training examples"):
     _trainer(_random_clients([0, 0, 0], 3, 2), client.make("sgd"), cfg, 2)
   data = _random_clients([0, 1, 0], 3, 2)
   with pytest.raises(ValueError, match="num_selected=0"):
