@@ -235,6 +235,7 @@ def handmade(train_counts=(3, 2, 4), test_counts=(1, 1, 2), num_classes=3, **cha
 def test_handmade_data_is_checked():
   good = handmade()
   check_federated_data(good)  # consistent: no error
+  check_federated_data(handmade(train_counts=(0, 1, 0)))  # one example in all is enough
   bad_counts = good.test._replace(counts=np.array([1, 1, 5], np.int32))  # sum 7, x holds 4
   cases = [
     (handmade(test=bad_counts), "test: counts sum to 7 but x holds 4"),
