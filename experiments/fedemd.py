@@ -429,6 +429,11 @@ def run_study(
   }
 
 
+def dodge_offsets(count: int, width: float = 0.08) -> np.ndarray:
+  """x offsets of ``count`` series drawn side by side at one tick, centred on it."""
+  return width * (np.arange(count) - (count - 1) / 2)
+
+
 def plot_r99(r99, scenarios, methods, num_rounds, path, title) -> None:
   """R@99 against the number of Mavericks, exclusive and shared panels (Fig. 4)."""
   import matplotlib
@@ -446,6 +451,7 @@ def plot_r99(r99, scenarios, methods, num_rounds, path, title) -> None:
         if parse_scenario(s)[1] == shared or parse_scenario(s)[0] == 1
       }
     )
+    offsets = dodge_offsets(len(methods))
     for j, m in enumerate(methods):
       xs, ys, es = [], [], []
       for k in ks:
@@ -453,7 +459,7 @@ def plot_r99(r99, scenarios, methods, num_rounds, path, title) -> None:
         if name not in scenarios:
           continue
         vals = [v if v is not None else num_rounds for v in r99[name, m]]
-        xs.append(k + 0.08 * (j - 1))
+        xs.append(k + offsets[j])
         ys.append(np.mean(vals))
         es.append(np.std(vals))
       if xs:

@@ -115,6 +115,13 @@ def test_quick_binary_writes_tables_and_replays_selection(tmp_path):
     assert (out / png).stat().st_size > 5000
 
 
+def test_dodge_offsets_are_centred_on_the_tick():
+  # One series sits on the tick; several are spaced by the width and symmetric about it.
+  np.testing.assert_allclose(fedemd.dodge_offsets(1), [0.0])
+  np.testing.assert_allclose(fedemd.dodge_offsets(2), [-0.04, 0.04])
+  np.testing.assert_allclose(fedemd.dodge_offsets(3, width=0.1), [-0.1, 0.0, 0.1])
+
+
 def test_runs_on_tfds_fashion_mnist(tmp_path):
   tfds = pytest.importorskip("tensorflow_datasets")
   config = fedemd.prepare_config(
