@@ -25,6 +25,7 @@ import pytest
 from fedjax_sel import aggregation, availability, client, data, experiment, selection
 from fedjax_sel.core import checkpoint
 from fedjax_sel.core.types import ClientInfo
+from fedjax_sel.experiment import loop as experiment_loop
 from fedjax_sel.metrics import results
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -279,14 +280,14 @@ def test_non_finite_model_stops_with_results_and_no_checkpoint(
   """When the global model turns non-finite (here: reported so at round 10), the run writes
   metrics and summary up to that round, keeps the last good checkpoint, and raises."""
   _, _, ref_records = in_process_reference
-  real = experiment._params_finite
+  real = experiment_loop._params_finite
   seen = []
 
   def finite_until_round_10(params):
     seen.append(real(params))
     return len(seen) < 2
 
-  monkeypatch.setattr(experiment, "_params_finite", finite_until_round_10)
+  monkeypatch.setattr(experiment_loop, "_params_finite", finite_until_round_10)
   out = str(tmp_path / "run")
   with pytest.raises(experiment.NonFiniteModelError, match="non-finite at round 10;"):
     experiment.run(_small_config(), out, simulation=small_sim, write_plots=False)
@@ -302,9 +303,9 @@ def test_non_finite_model_stops_with_results_and_no_checkpoint(
 
 def test_params_finite_checks_every_leaf():
   ok = {"a": np.ones(3, np.float32), "b": np.zeros((2, 2), np.float32)}
-  assert experiment._params_finite(ok)
-  assert not experiment._params_finite(dict(ok, b=np.array([[0.0, np.inf], [0, 0]])))
-  assert not experiment._params_finite(dict(ok, a=np.array([1.0, np.nan, 0.0])))
+  assert experiment_loop._params_finite(ok)
+  assert not experiment_loop._params_finite(dict(ok, b=np.array([[0.0, np.inf], [0, 0]])))
+  assert not experiment_loop._params_finite(dict(ok, a=np.array([1.0, np.nan, 0.0])))
 
 
 def _handmade_data(num_clients=6, dim=5, num_classes=3):

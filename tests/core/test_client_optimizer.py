@@ -19,6 +19,7 @@ from fedjax_sel.core.simulation import (
   make_client_optimizer,
 )
 from fedjax_sel.data.federated import split_from_lists
+from fedjax_sel.experiment import config as experiment_config
 
 # ------------------------------------------------------------------------------ schedules
 
@@ -249,12 +250,12 @@ def test_simulation_config_rejects_bad_values(small_synthetic):
 
 def test_resume_of_a_checkpoint_written_before_these_fields():
   """A checkpoint's config without the new fields ran with their defaults: it may resume."""
-  now = experiment._fingerprint(experiment.default_config())
+  now = experiment_config._fingerprint(experiment.default_config())
   new = ("client_momentum", "client_weight_decay", "lr_schedule", "lr_step_size", "lr_step_gamma")
   new += ("lr_schedule_unit",)
   saved = {k: v for k, v in now.items() if k not in new}
-  experiment._check_same_config(saved, now, "out")  # no error
+  experiment_config._check_same_config(saved, now, "out")  # no error
   c = experiment.default_config()
   c.client_momentum = 0.5
   with pytest.raises(experiment.ConfigError, match=r"client_momentum: None -> 0.5"):
-    experiment._check_same_config(saved, experiment._fingerprint(c), "out")
+    experiment_config._check_same_config(saved, experiment_config._fingerprint(c), "out")
