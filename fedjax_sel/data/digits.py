@@ -15,7 +15,7 @@ import importlib
 
 import numpy as np
 
-from fedjax_sel.data.loaders import DatasetNotFoundError
+from fedjax_sel.data.errors import DatasetNotFoundError
 
 NUM_CLASSES = 10
 NUM_TEST = 360

@@ -36,6 +36,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from fedjax_sel.core.registry import is_integer
+from fedjax_sel.data.errors import DatasetNotFoundError
 from fedjax_sel.data.federated import FederatedData, split_from_indices, stored_x
 from fedjax_sel.data.partitions import PARTITIONS, make_partition
 
@@ -45,10 +46,6 @@ IDX_NAMES = ("mnist", "fashion_mnist")  # also read from their official IDX file
 REAL_DATASETS = ("digits", *TFDS_NAMES)  # the datasets with a central pool (``load_pool``)
 SYNTHETIC_HPARAMS = ("alpha", "beta", "iid", "recipe")
 DEFAULT_TEST_FRACTION = 0.2
-
-
-class DatasetNotFoundError(ValueError):
-  """A dataset (or the package that reads it) is not available locally."""
 
 
 def _check_int(name: str, value: Any, low: int) -> int:

@@ -32,7 +32,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from fedjax_sel.data.loaders import DatasetNotFoundError
+from fedjax_sel.data.errors import DatasetNotFoundError
 
 CHUNK = 10_000
 BACKENDS = ("auto", "tf", "data_source")
