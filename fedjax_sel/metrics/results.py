@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -172,6 +173,323 @@ def plot_curves(
   ax.set_title(title)
   if logy:
     ax.set_yscale("log")
+  ax.grid(alpha=0.3)
+  ax.legend(fontsize=8)
+  save_figure(fig, path)
+  plt.close(fig)
+
+
+# ------------------------------------------------------------------ runs side by side
+
+# Summary numbers compared across runs (mean and std over the seeds of a folder).
+COMPARED = ("final_test_loss", "best_test_loss", "final_test_accuracy", "best_test_accuracy")
+# Config fields that are bookkeeping, not experiment settings: never a difference.
+NOT_SETTINGS = ("output_dir", "resume", "data_dir", "checkpoint_every")
+_SEED_FOLDER = re.compile(r"^seed(\d+)$")
+_EXPECTED = (
+  "expected a run folder (config.json and metrics.jsonl, from experiments.run) or a --seeds "
+  "folder (seed<k>/ run folders)"
+)
+
+
+class RunFolder(NamedTuple):
+  """What ``compare`` reads from one folder: one run, or the seeds of a ``--seeds`` batch."""
+
+  name: str
+  seeds: list[int]
+  configs: list[dict]  # each seed's config.json "config"
+  summaries: list[dict]  # each seed's summary.json (derived from metrics.jsonl when absent)
+  histories: list[list[dict]]  # each seed's metrics.jsonl
+  batch_summary: dict | None  # the combined summary.json of a --seeds folder
+
+
+def _read_json(path: str, folder: str) -> dict:
+  try:
+    with open(path) as f:
+      return json.load(f)
+  except (OSError, json.JSONDecodeError) as e:
+    raise ValueError(f"{folder}: cannot read {os.path.basename(path)} ({e}); {_EXPECTED}") from None
+
+
+def _summary_from_history(history: list[dict], config: dict) -> dict:
+  """The summary numbers of a run that wrote no summary.json yet (running or killed)."""
+  last = history[-1]
+  rounds = int(last["round"])
+  return {
+    "final_test_loss": last.get("test_loss"),
+    "final_test_accuracy": last.get("test_accuracy"),
+    "best_test_loss": min(r["test_loss"] for r in history),
+    "best_test_accuracy": max(r["test_accuracy"] for r in history),
+    "rounds": rounds,
+    "rounds_planned": config.get("rounds"),
+    "complete": False,
+    "seconds_per_round": last.get("seconds", 0.0) / max(rounds, 1),
+  }
+
+
+def _read_single(folder: str) -> tuple[dict, dict, list[dict]]:
+  missing = [f for f in ("config.json", "metrics.jsonl") if not os.path.isfile(f"{folder}/{f}")]
+  if missing:
+    raise ValueError(f"{folder}: no {' or '.join(missing)}; {_EXPECTED}")
+  config = _read_json(os.path.join(folder, "config.json"), folder).get("config")
+  if not isinstance(config, dict):
+    raise ValueError(f"{folder}: config.json has no 'config' object; {_EXPECTED}")
+  history = read_jsonl(os.path.join(folder, "metrics.jsonl"))
+  if not history:
+    raise ValueError(f"{folder}: metrics.jsonl holds no evaluation yet; nothing to compare")
+  summary_path = os.path.join(folder, "summary.json")
+  if os.path.isfile(summary_path):
+    summary = _read_json(summary_path, folder)
+    for key in COMPARED:  # a summary of an older version may lack best_test_accuracy
+      if summary.get(key) is None:
+        summary[key] = _summary_from_history(history, config)[key]
+  else:
+    summary = _summary_from_history(history, config)
+  return config, summary, history
+
+
+def read_run_folder(folder: str) -> RunFolder:
+  """Reads a run folder or a ``--seeds`` folder (``seed<k>/`` run folders + summary.json).
+
+  Raises:
+    ValueError: one line naming the folder and what was expected, when it is neither.
+  """
+  name = os.path.normpath(folder)
+  if not os.path.isdir(folder):
+    raise ValueError(
+      f"{folder}: {'not a folder' if os.path.exists(folder) else 'no such folder'}; {_EXPECTED}"
+    )
+  if any(os.path.exists(os.path.join(folder, f)) for f in ("config.json", "metrics.jsonl")):
+    config, summary, history = _read_single(folder)
+    return RunFolder(name, [int(config.get("seed", 0))], [config], [summary], [history], None)
+  found = {
+    int(m.group(1)): os.path.join(folder, f)
+    for f in os.listdir(folder)
+    if (m := _SEED_FOLDER.match(f)) and os.path.isdir(os.path.join(folder, f))
+  }
+  if not found:
+    raise ValueError(f"{folder}: no config.json, metrics.jsonl or seed<k>/ folders; {_EXPECTED}")
+  batch_path = os.path.join(folder, "summary.json")
+  batch = _read_json(batch_path, folder) if os.path.isfile(batch_path) else None
+  seeds = sorted(found)
+  if batch and isinstance(batch.get("seeds"), list):
+    absent = [s for s in batch["seeds"] if s not in found]
+    if absent:
+      raise ValueError(f"{folder}: summary.json names seeds {absent} with no seed<k>/ folder")
+    seeds = [int(s) for s in batch["seeds"]]
+  parts = [_read_single(found[s]) for s in seeds]
+  return RunFolder(
+    name, seeds, [p[0] for p in parts], [p[1] for p in parts], [p[2] for p in parts], batch
+  )
+
+
+def _flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+  out = {}
+  for key, value in config.items():
+    if isinstance(value, Mapping):
+      out.update(_flatten(value, f"{prefix}{key}."))
+    else:
+      out[f"{prefix}{key}"] = value
+  return out
+
+
+def _settings(run: RunFolder) -> dict[str, Any]:
+  """The folder's config as dotted keys, without bookkeeping; a --seeds folder's ``seed`` is
+  its list of seeds, and a field its seeds disagree on is the list of their values."""
+  flat = [_flatten(c) for c in run.configs]
+  out = {}
+  for key in sorted(set().union(*flat)):
+    if key in NOT_SETTINGS:
+      continue
+    values = [f.get(key) for f in flat]
+    out[key] = values[0] if all(v == values[0] for v in values) else values
+  if len(run.seeds) > 1 or run.batch_summary is not None:
+    out["seed"] = list(run.seeds)
+  return out
+
+
+def _stat(values: list) -> dict[str, Any]:
+  """Mean and std (population, ddof 0, as ``combine_summaries``) of the seeds' values."""
+  if not values or any(v is None for v in values):
+    return {"mean": None, "std": None, "values": list(values)}
+  a = np.asarray(values, np.float64)
+  return {"mean": float(a.mean()), "std": float(a.std()), "values": list(values)}
+
+
+def _curve(histories: list[list[dict]], metric: str) -> dict[str, list[float]]:
+  """Each evaluated round and the mean and std over the seeds that evaluated it."""
+  by_round: dict[int, list[float]] = {}
+  for h in histories:
+    for r in h:
+      by_round.setdefault(int(r["round"]), []).append(float(r[metric]))
+  rounds = sorted(by_round)
+  return {
+    "round": rounds,
+    "mean": [float(np.mean(by_round[t])) for t in rounds],
+    "std": [float(np.std(by_round[t])) for t in rounds],
+  }
+
+
+def _check_metric(run: RunFolder, metric: str) -> None:
+  for seed, h in zip(run.seeds, run.histories):
+    if any(metric not in r for r in h):
+      available = sorted(
+        k for k, v in h[-1].items() if k != "round" and isinstance(v, (int, float))
+      )
+      where = (
+        run.name
+        if len(run.seeds) == 1 and run.batch_summary is None
+        else (f"{run.name} (seed {seed})")
+      )
+      raise ValueError(
+        f"metric {metric!r} is not in every record of {where}'s metrics.jsonl; available: "
+        f"{', '.join(available)}"
+      )
+
+
+def compare(folders: Sequence[str], metric: str = "test_loss") -> list[dict]:
+  """Runs side by side: one row per folder (a run folder or a ``--seeds`` folder).
+
+  Args:
+    folders: run folders of ``experiments.run`` (or of the study binaries) and ``--seeds``
+      folders, in the order of the rows.
+    metric: a field of metrics.jsonl whose curve each row carries (``curve``), e.g.
+      ``test_loss``, ``test_accuracy``, ``train_loss``, ``client_acc_worst10``.
+
+  Returns:
+    One dict per folder: ``name`` (the folder), ``seeds`` (a run's own seed, or the seeds of
+    a --seeds folder), ``final_test_loss``, ``best_test_loss``, ``final_test_accuracy``,
+    ``best_test_accuracy`` and ``rounds``, each ``{"mean", "std", "values"}`` over the seeds
+    (std with ddof 0, as the combined summary.json), ``complete`` (every seed ran all its
+    rounds), ``rounds_planned``, ``seconds_per_round`` (wall time per round of the folder: a
+    --seeds folder's seeds ran together, so the batch's), ``metric``, ``final_metric``
+    (``{"mean", "std", "values"}`` of ``metric`` at each seed's last evaluation), ``curve``
+    (``{"round", "mean", "std"}`` of ``metric`` over the seeds) and ``differs`` (dotted
+    config keys -> this folder's values, for every key whose value is not the same in all
+    folders; bookkeeping such as ``output_dir`` is left out, see ``NOT_SETTINGS``).
+
+  Raises:
+    ValueError: one line naming a folder that is not a run, or a metric it lacks.
+  """
+  if not folders:
+    raise ValueError("no folders to compare; give one or more run folders")
+  runs = [read_run_folder(f) for f in folders]
+  for run in runs:
+    _check_metric(run, metric)
+  settings = [_settings(r) for r in runs]
+  keys = sorted(set().union(*settings))
+  differ = [k for k in keys if any(s.get(k) != settings[0].get(k) for s in settings)]
+  rows = []
+  for run, setting in zip(runs, settings):
+    row: dict[str, Any] = {"name": run.name, "seeds": list(run.seeds)}
+    for key in COMPARED:
+      row[key] = _stat([s.get(key) for s in run.summaries])
+    row["rounds"] = _stat([int(s["rounds"]) for s in run.summaries])
+    row["rounds_planned"] = max(
+      int(s.get("rounds_planned") or c.get("rounds") or 0)
+      for s, c in zip(run.summaries, run.configs)
+    )
+    row["complete"] = all(bool(s.get("complete")) for s in run.summaries)
+    if run.batch_summary is not None and run.batch_summary.get("seconds_per_round") is not None:
+      row["seconds_per_round"] = float(run.batch_summary["seconds_per_round"])
+    else:
+      row["seconds_per_round"] = float(np.mean([s["seconds_per_round"] for s in run.summaries]))
+    row["metric"] = metric
+    row["final_metric"] = _stat([h[-1][metric] for h in run.histories])
+    row["curve"] = _curve(run.histories, metric)
+    row["differs"] = {k: setting.get(k) for k in differ}
+    rows.append(row)
+  return rows
+
+
+def _cell(stat: dict, scale: float = 1.0, digits: int = 4) -> str:
+  if stat["mean"] is None:
+    return "-"
+  if len(stat["values"]) == 1:
+    return f"{scale * stat['mean']:.{digits}f}"
+  return f"{scale * stat['mean']:.{digits}f} ± {scale * stat['std']:.{digits}f}"
+
+
+def _rounds_cell(row: dict) -> str:
+  values = row["rounds"]["values"]
+  text = str(values[0]) if len(set(values)) == 1 else _cell(row["rounds"], digits=1)
+  if not row["complete"]:
+    text += f" of {row['rounds_planned']}"
+  return text
+
+
+def _value_text(value: Any) -> str:
+  if value is None:
+    return "(unset)"
+  if isinstance(value, list):
+    return "[" + ",".join(_value_text(v) for v in value) + "]"
+  return json.dumps(value) if isinstance(value, str) and not value else str(value)
+
+
+def differs_text(row: dict, sep: str = ", ") -> str:
+  """``key=value`` for each config key in which the folders differ ("-" when none)."""
+  return sep.join(f"{k}={_value_text(v)}" for k, v in row["differs"].items()) or "-"
+
+
+def compare_table(rows: list[dict], fmt: str = "md") -> str:
+  """The rows of ``compare`` as a Markdown table (``md``: mean ± std, accuracy in %) or CSV
+  (``csv``: one column per mean and per std, accuracy as a fraction, as in the JSON files)."""
+  import csv
+  import io
+
+  metric = rows[0]["metric"] if rows else "test_loss"
+  extra = metric not in ("test_loss", "test_accuracy")
+  if fmt == "md":
+    header = ["run", "seeds", "final test loss", "best test loss", "final test acc (%)"]
+    header += ["best test acc (%)"] + ([f"final {metric}"] if extra else [])
+    header += ["rounds", "s/round", "differs in"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    for r in rows:
+      cells = [r["name"], ",".join(str(s) for s in r["seeds"])]
+      cells += [_cell(r["final_test_loss"]), _cell(r["best_test_loss"])]
+      cells += [_cell(r["final_test_accuracy"], 100, 2), _cell(r["best_test_accuracy"], 100, 2)]
+      cells += [_cell(r["final_metric"])] if extra else []
+      cells += [_rounds_cell(r), f"{r['seconds_per_round']:.4g}", differs_text(r)]
+      lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(lines) + "\n"
+  if fmt == "csv":
+    stats = list(COMPARED) + ([f"final_{metric}"] if extra else []) + ["rounds"]
+    header = ["name", "seeds"] + [f"{k}_{m}" for k in stats for m in ("mean", "std")]
+    header += ["complete", "seconds_per_round", "differs"]
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(header)
+    for r in rows:
+      values = [r["name"], " ".join(str(s) for s in r["seeds"])]
+      for k in stats:
+        stat = r["final_metric"] if k == f"final_{metric}" and extra else r[k]
+        values += [stat["mean"], stat["std"]]
+      values += [r["complete"], r["seconds_per_round"], differs_text(r, "; ")]
+      writer.writerow(["" if v is None else v for v in values])
+    return buf.getvalue()
+  raise ValueError(f"format={fmt!r}; allowed: md, csv")
+
+
+def plot_compare(rows: list[dict], path: str, title: str = "") -> None:
+  """One PNG: each row's ``curve`` (the mean over its seeds, a band of ± one std where it
+  has several seeds) against rounds."""
+  import matplotlib
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  metric = rows[0]["metric"] if rows else ""
+  fig, ax = plt.subplots(figsize=(7.0, 4.4))
+  for i, r in enumerate(rows):
+    x = np.asarray(r["curve"]["round"])
+    mean, std = np.asarray(r["curve"]["mean"]), np.asarray(r["curve"]["std"])
+    label = r["name"] + (f" ({len(r['seeds'])} seeds)" if len(r["seeds"]) > 1 else "")
+    ax.plot(x, mean, color=f"C{i % 10}", label=label, lw=1.5)
+    if len(r["seeds"]) > 1:
+      ax.fill_between(x, mean - std, mean + std, color=f"C{i % 10}", alpha=0.2, lw=0)
+  ax.set_xlabel("communication round")
+  ax.set_ylabel(metric)
+  ax.set_title(title or f"{metric}: mean over seeds ± one std")
   ax.grid(alpha=0.3)
   ax.legend(fontsize=8)
   save_figure(fig, path)
