@@ -119,6 +119,18 @@ def fedgs() -> None:
 
 
 def fl_fdms() -> None:
+  # Theorem 2's threshold with the study's constants (experiments/configs/fl_fdms.py and
+  # experiments/fl_fdms.py): K = 20 clients, T = 200 rounds, B_max = 3, p = 0.05,
+  # beta = (1 - alpha)^2; Theta_t = sqrt((2 ln(2 K^2 T B_max) - 2 ln p) / (beta t)).
+  numerator = 2 * np.log(2 * 20**2 * 200 * 3) - 2 * np.log(0.05)
+  for a in (0.3, 0.5, 0.7):
+    beta = (1 - a) ** 2
+    first_case1 = int(np.ceil(numerator / beta))
+    first_case2 = int(np.ceil(numerator / (4 * beta)))
+    print(
+      f"α={a}: Theta_t <= 1 from round {first_case1}, 0.5 Theta_t <= 1 from round "
+      f"{first_case2} (a gap in the similarity score [0, 1] can exceed it only then)"
+    )
   acc = {r["method"]: r for r in table("fl_fdms_fmnist_mlp/accuracy.csv")}
   conv = {r["method"]: r for r in table("fl_fdms_fmnist_mlp/convergence.csv")}
   for a in ("0.3", "0.5", "0.7"):
