@@ -4,6 +4,10 @@ Every file is written to a temporary name in the same folder and renamed into pl
 a reader (or a crash) never sees a half-written file. In a run of several processes
 (``jax.distributed``) only process 0 writes: the others' writes are skipped
 (:func:`writes_here`), so every results file, table and plot is written once.
+
+:func:`compare` reads run folders (and ``--seeds`` folders) back and puts them side by side:
+the rows of ``python -m experiments.compare``, its table (:func:`compare_table`) and its plot
+(:func:`plot_compare`).
 """
 
 from __future__ import annotations

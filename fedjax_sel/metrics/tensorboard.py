@@ -125,8 +125,8 @@ class EventWriter:
     suffix = f".{os.getpid()}.{uuid.uuid4().hex[:8]}"
     self._writer = events_writer(os.path.join(logdir, "events"), suffix)
     self.path = getattr(self._writer, "_file_name", None)  # for messages only
-    # A session start at step 0: a TensorBoard that still holds the steps of older files of
-    # this run (read before a resume) drops them and keeps this file's.
+    # A session start at step 0: a TensorBoard that read this run's older files before a
+    # resume drops their steps ("purge orphaned data") and keeps this file's.
     start = self._event_pb2.SessionLog(status=self._event_pb2.SessionLog.START)
     self._writer.write_event(
       self._event_pb2.Event(wall_time=time.time(), step=0, session_log=start)
