@@ -122,7 +122,7 @@ TESTS = {
     "tests/core/test_data_arguments.py",
     "tests/core/test_client_test_losses.py",
   ],
-  "core/engine.py": [
+  "core/engine/__init__.py": [
     "tests/test_library_validation.py",
     "tests/core/test_reference_round.py",
     "tests/core/test_engine.py",
@@ -175,6 +175,13 @@ TESTS = {
 
 # ``-k`` expressions: the shared contract tests run every strategy; a strategy's own module
 # needs only its own parametrizations of them (the rest cannot see its mutants).
+# the engine's package (was core/engine.py): every file with the engine's tests; the round's
+# pieces split from core/simulation.py with the round's tests
+for _f in ("chunked", "config", "cost", "flat", "lanes", "local", "reference", "sharding"):
+  TESTS[f"core/engine/{_f}.py"] = TESTS["core/engine/__init__.py"]
+for _f in ("optimizers", "state", "finite"):
+  TESTS[f"core/{_f}.py"] = TESTS["core/simulation.py"]
+
 CONTRACT_TESTS = {"selection": "test_contract", "aggregation": "test_aggregation_contract"}
 KEYWORDS = {
   f"{package}/{stem}.py": f"not {contract} or {stem}"
@@ -544,12 +551,16 @@ def main(argv=None) -> int:
   work = worktree(args.workdir, fresh)
   src = os.path.join("fedjax_sel", args.package)
   files = args.files or sorted(
-    f for f in os.listdir(os.path.join(work, src)) if f.endswith(".py") and f != "__init__.py"
+    os.path.relpath(os.path.join(folder, f), os.path.join(work, src))
+    for folder, _, names in os.walk(os.path.join(work, src))
+    for f in names
+    if f.endswith(".py") and (f != "__init__.py" or folder != os.path.join(work, src))
   )
   out_dir = os.path.join(work, "mutation", args.package)
   os.makedirs(out_dir, exist_ok=True)
 
-  def stem_of(f: str) -> str:
+  def stem_of(f: str) -> str:  # f may be in a subpackage (engine/lanes.py)
+    os.makedirs(os.path.dirname(os.path.join(out_dir, f)), exist_ok=True)
     return os.path.join(out_dir, f[:-3])
 
   def mutate(f: str, wt: str) -> None:

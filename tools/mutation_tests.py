@@ -4,7 +4,7 @@ Runs, in the current worktree, only the tests that executed the mutated lines wh
 unmutated module's tests ran under coverage (pytest-cov, one context per test). Usage (as
 cosmic-ray's ``test-command``; ``tools/mutation.py`` writes it)::
 
-  python tools/mutation_tests.py --module fedjax_sel/core/engine.py \
+  python tools/mutation_tests.py --module fedjax_sel/core/engine/lanes.py \
       --coverage-data <workdir>/mutation/core/engine.coverage -- <pytest args and test files>
 
 - The mutated lines are read from ``git diff -U0`` of the sources (a cosmic-ray mutant

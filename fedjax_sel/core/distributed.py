@@ -324,7 +324,10 @@ def free_port() -> int:
 
 
 def local_commands(
-  num_processes: int, args: list[str], module: str = "experiments.run", cpu_devices: int = 1,
+  num_processes: int,
+  args: list[str],
+  module: str = "experiments.run",
+  cpu_devices: int = 1,
   port: int | None = None,
 ) -> list[list[str]]:
   """The command lines of N processes of ``python -m module args`` (``python module args``

@@ -270,3 +270,16 @@ def accuracy_distribution(acc: jax.Array, has_data: jax.Array | None) -> dict[st
     "client_acc_worst10": worst,
     "client_acc_best10": best,
   }
+
+
+def mean_client_losses(apply, params, ids, x, y, offsets, counts, width, table, divisor=1.0):
+  """f32[K]: mean loss of ``params`` on the first ``width`` examples of each client in ids
+  (x decoded to float32 with ``table`` / ``divisor``, see ``engine.decode_inputs``)."""
+  n = counts[ids]
+  j = jnp.arange(width)
+  idx = offsets[ids][:, None] + jnp.minimum(j[None], jnp.maximum(n[:, None] - 1, 0))
+  mask = (j[None] < n[:, None]).astype(jnp.float32)
+  inputs = decode_inputs(x[idx], table, divisor)
+  logits = jax.vmap(apply, in_axes=(None, 0))(params, inputs)
+  loss = optax.softmax_cross_entropy_with_integer_labels(logits, y[idx])
+  return jnp.sum(loss * mask, -1) / jnp.maximum(jnp.sum(mask, -1), 1.0)

@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import copy
 import functools
-from typing import Any, NamedTuple
 
-import flax.struct
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -30,7 +28,19 @@ from jax.sharding import PartitionSpec as P
 from fedjax_sel.availability.rollout import split_availability_key
 from fedjax_sel.core import engine as engine_lib
 from fedjax_sel.core import evaluation
+from fedjax_sel.core.finite import all_finite_per_slot, mask_slots, tree_all_finite
+from fedjax_sel.core.optimizers import CLIENT_OPTIMIZERS as CLIENT_OPTIMIZERS
+from fedjax_sel.core.optimizers import DEFAULT_CLIENT_MOMENTUM as DEFAULT_CLIENT_MOMENTUM
+from fedjax_sel.core.optimizers import (
+  LR_SCHEDULE_UNITS,
+  make_client_lr_schedule,
+  make_client_optimizer,
+  make_server_optimizer,
+)
+from fedjax_sel.core.optimizers import LR_SCHEDULES as LR_SCHEDULES
+from fedjax_sel.core.optimizers import SERVER_OPTIMIZERS as SERVER_OPTIMIZERS
 from fedjax_sel.core.registry import check_range, is_integer, is_traced
+from fedjax_sel.core.state import RoundState, SimulationConfig, SimulationData
 from fedjax_sel.core.types import (
   AggregationAux,
   Aggregator,
@@ -45,69 +55,8 @@ from fedjax_sel.models import Model, num_params
 from fedjax_sel.similarity.sketch import flatten_stacked, make_projection
 from fedjax_sel.similarity.sketch import sketch as sketch_updates
 
-SERVER_OPTIMIZERS = ("sgd", "momentum", "adam", "yogi", "adagrad")
-CLIENT_OPTIMIZERS = ("sgd", "momentum")
-LR_SCHEDULES = ("exponential", "step")
-# what the schedule's t counts: rounds (one lr for the cohort) or each client's own
-# completed local trainings (one lr per slot, as a per-client PyTorch scheduler)
-LR_SCHEDULE_UNITS = ("round", "participation")
-DEFAULT_CLIENT_MOMENTUM = 0.9  # what client_optimizer="momentum" means with client_momentum=0
 # RoundState fields whose [N, ...] leaves are split over the client mesh (state_shardings)
 SHARDED_STATE = ("aggregation_state", "client_state", "update_sketch", "embeddings")
-
-
-@flax.struct.dataclass
-class RoundState:
-  """Everything a run needs to continue: the experiment's whole state."""
-
-  params: Any
-  server_opt_state: Any
-  availability_state: Any
-  selection_state: Any
-  aggregation_state: Any
-  client_state: Any
-  key: jax.Array
-  availability_key: jax.Array
-  round: jax.Array  # i32[], the next round to run
-  sampling_counts: jax.Array  # i32[N]
-  update_sketch: jax.Array  # f32[N, d] (d = 0 unless the selection uses updates)
-  embeddings: jax.Array  # f32[N, E] (E = 0 unless the selection uses updates)
-  seen: jax.Array  # bool[N]
-  useful_steps: jax.Array  # f32[], real local steps so far
-  executed_steps: jax.Array  # f32[], steps executed including padding
-  nonfinite_updates: jax.Array  # i32[], client updates dropped as non-finite
-  empty_rounds: jax.Array  # i32[], rounds in which nobody trained
-  skipped_updates: jax.Array  # i32[], rounds whose global update was non-finite
-
-
-class SimulationData(NamedTuple):
-  """Every array the compiled round and evaluation read besides the state.
-
-  They enter ``round_step``, ``run_rounds`` and ``evaluate`` (and the selection context's
-  ``client_losses`` / ``client_test_losses`` / ``eval_value``) as an argument, never as
-  constants, so a program is compiled once per shape whatever the data's values, and
-  compile time and memory do not grow with the dataset (issue 23).
-
-  Attributes:
-    train: the flat training arrays (``engine.TrainArrays``).
-    test: the global test set (``evaluation.EvalArrays``).
-    local_test: the clients' local test sets, client after client.
-    local_offsets, local_counts: i32[N] each client's slice of ``local_test``.
-    local_client_of: i32[n_local] the client of each local test example.
-    local_inv_counts: f32[N] ``1 / max(local_counts, 1)`` (computed on the host).
-    projection: f32[P, d] the update-sketch projection (d = 0 unless sketches are kept).
-    noise: f32[E, ...] the shared noise inputs of functional embeddings.
-  """
-
-  train: engine_lib.TrainArrays
-  test: evaluation.EvalArrays
-  local_test: evaluation.EvalArrays
-  local_offsets: jax.Array
-  local_counts: jax.Array
-  local_client_of: jax.Array
-  local_inv_counts: jax.Array
-  projection: jax.Array
-  noise: jax.Array
 
 
 class _DataBound:
@@ -130,119 +79,6 @@ class _DataBound:
 
   def _cache_size(self) -> int:
     return self.jitted._cache_size()
-
-
-class SimulationConfig(NamedTuple):
-  """Static settings of the round loop."""
-
-  client_lr: float = 0.1
-  lr_decay: float = 1.0  # client lr at round t = client_lr * lr_decay ** t
-  client_optimizer: str = "sgd"
-  client_momentum: float = 0.0
-  client_weight_decay: float = 0.0  # coupled L2 (PyTorch SGD's weight_decay)
-  lr_schedule: str = "exponential"  # or "step": client_lr * lr_step_gamma ** (t // lr_step_size)
-  lr_step_size: int = 0  # rounds per step (>= 1 with lr_schedule="step")
-  lr_step_gamma: float = 0.1
-  # t of the schedule: "round" (the round index) or "participation" (the client's own
-  # count of earlier local trainings; FedEMD's per-client StepLR)
-  lr_schedule_unit: str = "round"
-  server_optimizer: str = "sgd"
-  server_lr: float = 1.0
-  server_momentum: float = 0.9
-  sketch_dim: int = 256
-  sketch_seed: int = 0
-  num_noise_inputs: int = 16
-  loss_examples: int = 64  # examples per client for ctx.client_losses
-  engine: engine_lib.EngineConfig = engine_lib.EngineConfig()
-  # test examples per model call in evaluation; 0: automatic, the largest of 1024 and the
-  # powers of two below whose forward temporaries fit in eval_memory_mb (estimated from
-  # the forward's jaxpr: evaluation.auto_chunk). Dense models keep 1024 (results bit for
-  # bit as before issue 23); cnn_mnist gets 128 (its temporaries at 1024: 1.3 GB; other
-  # chunk sizes change per-example values by float rounding, <= 5e-7)
-  eval_chunk: int = 0
-  eval_memory_mb: int = 512
-
-
-def make_server_optimizer(name: str, lr: float, momentum: float = 0.9):
-  check_range("server_lr", lr, 0.0, low_inclusive=False)
-  if not np.isfinite(float(lr)):
-    raise ValueError(f"server_lr={lr!r} is out of range; allowed: finite numbers > 0")
-  check_range("server_momentum", momentum, 0.0, 1.0, high_inclusive=False)
-  if name == "sgd":
-    return optax.sgd(lr)
-  if name == "momentum":
-    return optax.sgd(lr, momentum=momentum)
-  if name == "adam":
-    return optax.adam(lr, eps=1e-3)  # FedAdam (Reddi et al. 2021) uses tau = 1e-3
-  if name == "yogi":
-    return optax.yogi(lr, eps=1e-3)
-  if name == "adagrad":
-    return optax.adagrad(lr, eps=1e-3)
-  raise ValueError(f"server_optimizer={name!r}; allowed: {', '.join(SERVER_OPTIMIZERS)}")
-
-
-def make_client_optimizer(name: str, momentum: float = 0.0, weight_decay: float = 0.0):
-  """``lr -> optax.GradientTransformation``: a client's local SGD, as PyTorch's ``SGD``.
-
-  Args:
-    name: ``"sgd"`` or ``"momentum"`` (``"momentum"`` with ``momentum=0`` means 0.9, the
-      meaning it had before ``momentum`` was a value).
-    momentum: heavy-ball momentum mu in [0, 1) (``torch.optim.SGD(momentum=mu)``,
-      dampening 0, not Nesterov: ``b <- mu b + g``, ``p <- p - lr b``); 0 = none.
-    weight_decay: coupled L2 lambda >= 0 (``torch.optim.SGD(weight_decay=lambda)``):
-      ``g <- g + lambda p`` before momentum, i.e. ``optax.add_decayed_weights`` chained
-      before ``optax.sgd``; not AdamW-style decoupled decay.
-
-  The optimizer state (momentum buffer) starts from zero for every client every round.
-  """
-  if name not in CLIENT_OPTIMIZERS:
-    raise ValueError(f"client_optimizer={name!r}; allowed: {', '.join(CLIENT_OPTIMIZERS)}")
-  check_range("client_momentum", momentum, 0.0, 1.0, high_inclusive=False)
-  check_range("client_weight_decay", weight_decay, 0.0)
-  if not np.isfinite(float(weight_decay)):
-    raise ValueError(f"client_weight_decay={weight_decay!r} is out of range; allowed: [0, inf)")
-  mu = float(momentum) or (DEFAULT_CLIENT_MOMENTUM if name == "momentum" else 0.0)
-  wd = float(weight_decay)
-
-  def make(lr):
-    sgd = optax.sgd(lr, momentum=mu) if mu else optax.sgd(lr)
-    return optax.chain(optax.add_decayed_weights(wd), sgd) if wd else sgd
-
-  return make
-
-
-def make_client_lr_schedule(
-  client_lr: float,
-  schedule: str = "exponential",
-  lr_decay: float = 1.0,
-  step_size: int = 0,
-  step_gamma: float = 0.1,
-):
-  """The client learning rate as a function of the round index t (an optax-style schedule).
-
-  ``exponential``: ``client_lr * lr_decay ** t`` (FedGS, FedProx). ``step``:
-  ``client_lr * step_gamma ** floor(t / step_size)`` (PyTorch ``StepLR``, FedEMD), i.e.
-  ``optax.exponential_decay(client_lr, step_size, step_gamma, staircase=True)``. t counts
-  rounds (0 = the first); every client of a round trains with the same lr.
-  """
-  check_range("client_lr", client_lr, 0.0, low_inclusive=False)
-  if not is_traced(client_lr) and not np.isfinite(float(client_lr)):
-    raise ValueError(f"client_lr={client_lr!r} is out of range; allowed: finite numbers > 0")
-  if schedule not in LR_SCHEDULES:
-    raise ValueError(f"lr_schedule={schedule!r}; allowed: {', '.join(LR_SCHEDULES)}")
-  if schedule == "exponential":
-    check_range("lr_decay", lr_decay, 0.0, 1.0, low_inclusive=False)
-    return lambda t: client_lr * jnp.power(lr_decay, jnp.asarray(t).astype(jnp.float32))
-  if not is_integer(step_size, strict=True) or step_size < 1:
-    raise ValueError(
-      f"lr_step_size={step_size!r} is out of range; allowed: integers >= 1 (rounds per step "
-      "of lr_schedule='step')"
-    )
-  check_range("lr_step_gamma", step_gamma, 0.0, 1.0, low_inclusive=False)
-  step_size = int(step_size)
-  return lambda t: (
-    client_lr * jnp.power(step_gamma, (jnp.asarray(t) // step_size).astype(jnp.float32))
-  )
 
 
 class Simulation:
@@ -567,7 +403,7 @@ class Simulation:
   def _client_losses(self, data: SimulationData, params, ids):
     """Global model's mean loss on up to ``loss_examples`` of each listed client."""
     tr = data.train
-    return _mean_client_losses(
+    return evaluation.mean_client_losses(
       self.model.apply,
       params,
       ids,
@@ -583,7 +419,7 @@ class Simulation:
   def _client_test_losses(self, data: SimulationData, params, ids):
     """Global model's mean loss on each listed client's whole local test split."""
     te = data.local_test
-    return _mean_client_losses(
+    return evaluation.mean_client_losses(
       self.model.apply,
       params,
       ids,
@@ -654,15 +490,15 @@ class Simulation:
     )
 
     # Non-finite client updates are masked out of everything downstream and counted.
-    finite = valid & _all_finite_per_slot(result.deltas) & jnp.isfinite(result.loss)
-    deltas = _mask_slots(result.deltas, finite)
+    finite = valid & all_finite_per_slot(result.deltas) & jnp.isfinite(result.loss)
+    deltas = mask_slots(result.deltas, finite)
     used = Selection(selection.cohort, finite, jnp.where(finite, selection.weights, 0.0))
     num_examples_f = data.train.counts.astype(jnp.float32)
     agg_aux = AggregationAux(avail_probs=probs, num_examples=num_examples_f, finite=finite)
     update, aggregation_state = self.aggregator.apply(
       state.aggregation_state, deltas, used, avail, t, aux=agg_aux
     )
-    update_ok = _tree_all_finite(update)
+    update_ok = tree_all_finite(update)
     neg = jax.tree_util.tree_map(lambda u: -jnp.where(update_ok, u, 0.0), update)
     server_updates, server_opt_state = self.server_opt.update(
       neg, state.server_opt_state, state.params
@@ -757,38 +593,6 @@ class Simulation:
     out["nonfinite_updates"] = state.nonfinite_updates
     out["empty_rounds"] = state.empty_rounds
     return out
-
-
-def _mean_client_losses(apply, params, ids, x, y, offsets, counts, width, table, divisor=1.0):
-  """f32[K]: mean loss of ``params`` on the first ``width`` examples of each client in ids
-  (x decoded to float32 with ``table`` / ``divisor``, see ``engine.decode_inputs``)."""
-  n = counts[ids]
-  j = jnp.arange(width)
-  idx = offsets[ids][:, None] + jnp.minimum(j[None], jnp.maximum(n[:, None] - 1, 0))
-  mask = (j[None] < n[:, None]).astype(jnp.float32)
-  inputs = engine_lib.decode_inputs(x[idx], table, divisor)
-  logits = jax.vmap(apply, in_axes=(None, 0))(params, inputs)
-  loss = optax.softmax_cross_entropy_with_integer_labels(logits, y[idx])
-  return jnp.sum(loss * mask, -1) / jnp.maximum(jnp.sum(mask, -1), 1.0)
-
-
-def _all_finite_per_slot(deltas) -> jax.Array:
-  leaves = jax.tree_util.tree_leaves(deltas)
-  m = leaves[0].shape[0]
-  ok = jnp.ones((m,), bool)
-  for leaf in leaves:
-    ok &= jnp.all(jnp.isfinite(leaf.reshape(m, -1)), axis=1)
-  return ok
-
-
-def _mask_slots(deltas, keep):
-  return jax.tree_util.tree_map(
-    lambda d: jnp.where(keep.reshape((-1,) + (1,) * (d.ndim - 1)), d, 0.0), deltas
-  )
-
-
-def _tree_all_finite(tree) -> jax.Array:
-  return jnp.all(jnp.array([jnp.all(jnp.isfinite(x)) for x in jax.tree_util.tree_leaves(tree)]))
 
 
 def to_host(metrics: dict) -> dict:

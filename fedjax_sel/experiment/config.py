@@ -15,7 +15,7 @@ import numpy as np
 
 from fedjax_sel import aggregation, availability, client, data, models, selection
 from fedjax_sel.core import engine as engine_lib
-from fedjax_sel.core import simulation as sim_lib
+from fedjax_sel.core import optimizers
 from fedjax_sel.core.registry import check_range, is_integer
 from fedjax_sel.metrics import results
 
@@ -167,14 +167,14 @@ def validate_config(c: ml_collections.ConfigDict) -> None:
         f"{c.synthetic_beta!r}, examples_per_client={c.examples_per_client!r} (allowed: "
         "synthetic_alpha == synthetic_beta, examples_per_client=0)"
       )
-  _name("server_optimizer", c.server_optimizer, list(sim_lib.SERVER_OPTIMIZERS))
-  _name("client_optimizer", c.client_optimizer, list(sim_lib.CLIENT_OPTIMIZERS))
-  _name("lr_schedule", c.lr_schedule, list(sim_lib.LR_SCHEDULES))
-  _name("lr_schedule_unit", c.lr_schedule_unit, list(sim_lib.LR_SCHEDULE_UNITS))
+  _name("server_optimizer", c.server_optimizer, list(optimizers.SERVER_OPTIMIZERS))
+  _name("client_optimizer", c.client_optimizer, list(optimizers.CLIENT_OPTIMIZERS))
+  _name("lr_schedule", c.lr_schedule, list(optimizers.LR_SCHEDULES))
+  _name("lr_schedule_unit", c.lr_schedule_unit, list(optimizers.LR_SCHEDULE_UNITS))
   _integer("lr_step_size", c.lr_step_size, 0)
   check_range("lr_step_gamma", c.lr_step_gamma, 0.0, 1.0, low_inclusive=False)
-  sim_lib.make_client_optimizer(c.client_optimizer, c.client_momentum, c.client_weight_decay)
-  sim_lib.make_client_lr_schedule(
+  optimizers.make_client_optimizer(c.client_optimizer, c.client_momentum, c.client_weight_decay)
+  optimizers.make_client_lr_schedule(
     c.client_lr, c.lr_schedule, c.lr_decay, c.lr_step_size, c.lr_step_gamma
   )
   _name("parallelism", c.parallelism, list(engine_lib.PARALLELISM))

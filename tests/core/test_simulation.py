@@ -223,7 +223,8 @@ def test_per_client_state_is_split_over_the_client_mesh():
 
 
 def test_all_finite_per_slot_with_one_leaf_and_several():
-  from fedjax_sel.core.simulation import _all_finite_per_slot, _mask_slots
+  from fedjax_sel.core.finite import all_finite_per_slot as _all_finite_per_slot
+  from fedjax_sel.core.finite import mask_slots as _mask_slots
 
   # a dropped slot's delta reaches the aggregator and the client rule as exact zeros
   masked = _mask_slots(
@@ -392,7 +393,7 @@ def test_evaluation_before_any_round_and_losses_of_an_empty_client(small_synthet
   """Before round 0 nothing ran: the useful-step fraction is 0, not 0 / 0 (after one
   executed step that was useful, 1). A client without examples has mean loss 0 (the masked
   sum over max(count, 1)); one with a single example its own loss (not halved)."""
-  from fedjax_sel.core.simulation import _mean_client_losses
+  from fedjax_sel.core.evaluation import mean_client_losses as _mean_client_losses
 
   sim = make_sim(small_synthetic)
   ev = sim.evaluate(sim.init(0))
