@@ -37,6 +37,18 @@ def define_flags(default_seeds: str = "0,1,2") -> None:
   flags.DEFINE_integer("rounds", 0, "override the paper's number of rounds (0 = paper's)")
   flags.DEFINE_string("data_dir", "", "TFDS data_dir for the real-dataset columns")
   flags.DEFINE_bool("resume", True, "skip finished cells and resume unfinished ones")
+  flags.DEFINE_bool(
+    "tensorboard",
+    False,
+    "also write TensorBoard event files into every cell's seed<k>/ folder (tensorboard "
+    '--logdir <output_dir>); needs pip install -e ".[tensorboard]"',
+  )
+
+
+def tensorboard_flag() -> bool:
+  """``--tensorboard`` of a study binary (False where the flag is not defined or parsed)."""
+  f = flags.FLAGS
+  return "tensorboard" in f and f.is_parsed() and bool(f.tensorboard)
 
 
 def _join_processes() -> None:
@@ -134,6 +146,8 @@ def run_cells(
   for name, (config, output_dir) in cells.items():
     for i, seed in enumerate(seeds):
       c = seed_config(config, seed, availability_seed_per_seed)
+      if tensorboard_flag():
+        c.tensorboard = True
       folder = os.path.join(output_dir, f"seed{seed}")
       summary_path = os.path.join(folder, "summary.json")
       if resume and os.path.exists(summary_path):

@@ -81,6 +81,9 @@ HELP = {
   "checkpoint_every": "rounds between checkpoints (0 = at every evaluation)",
   "output_dir": "folder for config.json, metrics.jsonl, summary.json, plots, checkpoints",
   "resume": "continue from the newest checkpoint in --output_dir",
+  "tensorboard": "also write TensorBoard event files into --output_dir (every evaluated metric "
+  "per round; with --seeds, one run per seed<k>/): tensorboard --logdir runs/ (needs "
+  'pip install -e ".[tensorboard]")',
 }
 
 _DEFAULTS = experiment.default_config()
@@ -366,9 +369,7 @@ def _print_seeds(config, seeds, summary):
     f"{100 * m['final_test_accuracy']:.2f} ± {100 * sd['final_test_accuracy']:.2f} %; "
     f"{summary['seconds']:.1f} s in all"
   )
-  print(
-    f"results: {config.output_dir}/ (summary.json, curves.png; seed<k>/ for each seed)"
-  )
+  print(f"results: {config.output_dir}/ (summary.json, curves.png; seed<k>/ for each seed)")
 
 
 def _parse_flags(argv):

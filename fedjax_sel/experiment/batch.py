@@ -38,7 +38,13 @@ from fedjax_sel.experiment.grouping import (
   batch_key,
 )
 from fedjax_sel.experiment.loop import Interrupted, _setup, _StopRequested
-from fedjax_sel.experiment.outputs import _append_lines, _summary, _write_outputs, write_config
+from fedjax_sel.experiment.outputs import (
+  _append_lines,
+  _summary,
+  _write_outputs,
+  open_board,
+  write_config,
+)
 from fedjax_sel.metrics import results
 
 
@@ -337,6 +343,7 @@ class _BatchRun:
   def run(self) -> list[dict]:
     self._writer = concurrent.futures.ThreadPoolExecutor(1)
     self._pending = collections.deque()
+    self.boards = []  # TensorBoard writers, one per experiment (written on the writer thread)
     try:
       return self._run()
     finally:
@@ -344,6 +351,8 @@ class _BatchRun:
         self._drain()
       finally:
         self._writer.shutdown()
+        for board in self.boards:
+          board.close()
 
   def _run(self) -> list[dict]:
     c0, k_all = self.c0, self.k
@@ -367,6 +376,7 @@ class _BatchRun:
       for c, d, h in zip(self.configs, self.dirs, self.history):
         results.write_jsonl(os.path.join(d, "metrics.jsonl"), h)
         write_config(d, c, self.dataset.name)
+        self.boards.append(open_board(c, d, h))
       total, every = c0.rounds, c0.eval_every
       checkpoint_every = c0.checkpoint_every or every
       start = time.time()
@@ -443,6 +453,7 @@ class _BatchRun:
               break
           self.history[k].extend(lines)
           self._io(_append_lines, os.path.join(self.dirs[k], "metrics.jsonl"), lines)
+          self._io(_write_board, self.boards[k], lines)
           rounds[k] = t if k in failed else t0 + num_evals * block
           seconds[k] = lines[-1]["seconds"] if lines else seconds[k]
           if (
@@ -478,3 +489,10 @@ class _BatchRun:
         k = min(failed)
         raise NonFiniteModelError(failed[k], self.dirs[k])
     return self.summaries
+
+
+def _write_board(board, records: list[dict]) -> None:
+  """Writes ``records`` to a TensorBoard writer, flushed once."""
+  for r in records:
+    board.write(r, flush=False)
+  board.flush()

@@ -17,7 +17,7 @@ from fedjax_sel import aggregation, availability, client, data, models, selectio
 from fedjax_sel.core import engine as engine_lib
 from fedjax_sel.core import optimizers
 from fedjax_sel.core.registry import check_range, is_integer
-from fedjax_sel.metrics import results
+from fedjax_sel.metrics import results, tensorboard
 
 PARTS = {
   "availability": availability,
@@ -80,6 +80,7 @@ def default_config() -> ml_collections.ConfigDict:
   c.checkpoint_every = 0  # 0 = at every evaluation
   c.output_dir = ""
   c.resume = False
+  c.tensorboard = False  # also write TensorBoard event files (the [tensorboard] extra)
   return c
 
 
@@ -186,6 +187,13 @@ def validate_config(c: ml_collections.ConfigDict) -> None:
       f"data_dir={c.data_dir!r} is not a folder; give a folder holding the four IDX files "
       "(MNIST, Fashion-MNIST) or a TFDS data_dir with the prepared dataset (see README, 'Data')"
     )
+  if not isinstance(c.get("tensorboard", False), bool):
+    raise ValueError(f"tensorboard={c.tensorboard!r}; allowed: True or False")
+  if c.get("tensorboard", False):
+    try:
+      tensorboard.check_available()
+    except tensorboard.TensorBoardUnavailable as e:
+      raise ValueError(str(e)) from None
   if c.output_dir and os.path.exists(c.output_dir) and not os.path.isdir(c.output_dir):
     raise ValueError(f"output_dir={c.output_dir!r} is a file; allowed: a folder (new or existing)")
 
@@ -195,7 +203,14 @@ def _hparams(c, part):
 
 
 # Fields that may change between a run and its resumption (they do not change the rounds).
-RESUMABLE_CHANGES = ("rounds", "eval_every", "checkpoint_every", "output_dir", "resume")
+RESUMABLE_CHANGES = (
+  "rounds",
+  "eval_every",
+  "checkpoint_every",
+  "output_dir",
+  "resume",
+  "tensorboard",
+)
 
 
 def _fingerprint(c: ml_collections.ConfigDict) -> dict:

@@ -5,6 +5,7 @@ from the newest checkpoint, and a stop with results written when the model turns
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -28,7 +29,7 @@ from fedjax_sel.experiment.config import (
   one_line,
   validate_config,
 )
-from fedjax_sel.experiment.outputs import _summary, _write_outputs, write_config
+from fedjax_sel.experiment.outputs import _summary, _write_outputs, open_board, write_config
 from fedjax_sel.metrics import results
 
 
@@ -176,7 +177,7 @@ def run(
   """
   output_dir = output_dir or c.output_dir
   resume = c.resume if resume is None else resume
-  with _StopRequested() as stop:
+  with _StopRequested() as stop, contextlib.ExitStack() as closing:
     setup = _setup(c, output_dir, resume, dataset, simulation)
     sim, dataset, state, history, seconds_before = setup
     metrics_path = os.path.join(output_dir, "metrics.jsonl")
@@ -185,6 +186,7 @@ def run(
     if primary:
       results.write_jsonl(metrics_path, history)
       write_config(output_dir, c, dataset.name)
+    board = closing.enter_context(open_board(c, output_dir, history))
     fingerprint = _fingerprint(c)
     checkpoint_every = c.checkpoint_every or c.eval_every
     start = time.time()
@@ -243,6 +245,7 @@ def run(
       history.append(record)
       if primary:
         results.append_jsonl(metrics_path, record)
+      board.write(record)
       if not _params_finite(state.params):
         finish(stopped="non-finite model")  # no checkpoint of a broken model
         raise NonFiniteModelError(t, output_dir)

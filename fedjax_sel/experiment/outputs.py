@@ -10,7 +10,7 @@ import ml_collections
 import numpy as np
 
 from fedjax_sel.experiment.build import environment
-from fedjax_sel.metrics import results
+from fedjax_sel.metrics import results, tensorboard
 
 
 def _compile_seconds(history) -> float | None:
@@ -141,3 +141,11 @@ def write_config(output_dir: str, c: ml_collections.ConfigDict, dataset_name: st
     os.path.join(output_dir, "config.json"),
     {"config": cfg, "environment": environment(), "dataset": dataset_name},
   )
+
+
+def open_board(c: ml_collections.ConfigDict, output_dir: str, history: list[dict]):
+  """The run's TensorBoard writer when ``c.tensorboard`` (its event files rewritten from
+  ``history``, the records the run keeps), else a writer that writes nothing."""
+  if not c.get("tensorboard", False):
+    return tensorboard.NullWriter()
+  return tensorboard.open_writer(output_dir, history)

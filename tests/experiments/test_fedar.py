@@ -7,10 +7,13 @@ import re
 import subprocess
 import sys
 
+import numpy as np
 import pytest
+from tensorboard.backend.event_processing import event_accumulator
 
 from experiments import fedar
 from experiments.configs import fedar as fedar_config
+from fedjax_sel.metrics import results
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MEAN_STD = re.compile(r"^(\d+\.\d+) ± (\d+\.\d+)$")
@@ -66,7 +69,7 @@ def test_quick_binary_writes_tables_and_figures(tmp_path):
   out = tmp_path / "fedar"
   env = dict(os.environ, JAX_PLATFORMS="cpu")
   p = subprocess.run(
-    [sys.executable, "-m", "experiments.fedar", "--quick", f"--output_dir={out}"],
+    [sys.executable, "-m", "experiments.fedar", "--quick", "--tensorboard", f"--output_dir={out}"],
     cwd=ROOT,
     env=env,
     capture_output=True,
@@ -99,6 +102,15 @@ def test_quick_binary_writes_tables_and_figures(tmp_path):
     assert 0.0 <= worst <= mean <= best <= 100.0
   summary = json.loads((out / "cells" / "pmin0.1_fedar" / "seed0" / "summary.json").read_text())
   assert summary["rounds"] == 4 and len(summary["sampling_counts"]) == 100
+  # --tensorboard: every cell's seed folder is a TensorBoard run of its metrics.jsonl
+  cell = out / "cells" / "pmin0.1_fedar" / "seed0"
+  acc = event_accumulator.EventAccumulator(str(cell))
+  acc.Reload()
+  records = results.read_jsonl(str(cell / "metrics.jsonl"))
+  assert [e.step for e in acc.Scalars("test_loss")] == [r["round"] for r in records]
+  np.testing.assert_allclose(
+    [e.value for e in acc.Scalars("test_loss")], [r["test_loss"] for r in records], rtol=1e-6
+  )
   assert (out / "fig2_pmin0.1.png").stat().st_size > 5000
 
 

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import ml_collections
 import numpy as np
 import pytest
 from tensorboard.backend.event_processing import event_accumulator
@@ -58,39 +59,98 @@ class Killed(Exception):
 
 
 def test_short_run_event_files_equal_metrics_and_resume_keeps_each_round_once(tmp_path, dataset):
+  """``tensorboard=True``: the run writes its events itself; killed after round 6 (checkpoint
+  at 4) and resumed, TensorBoard reads rounds 2, 4, 6, 8 once each, equal to metrics.jsonl."""
   out = str(tmp_path / "run")
-  writer = killed_writer = tb.open_writer(out)
+  c = config()
+  c.tensorboard = True
 
   def kill_at_round_6(t, total, record):
-    writer.write(record)
+    # flushed at each evaluation: a reader sees this round now, while the run goes on
+    assert read_back(out)["test_loss"][-1][0] == t
     if t == 6:  # after round 6's metrics line and events, before its checkpoint
       raise Killed
 
   with pytest.raises(Killed):
-    experiment.run(config(), out, dataset=dataset, progress=kill_at_round_6, write_plots=False)
+    experiment.run(c, out, dataset=dataset, progress=kill_at_round_6, write_plots=False)
   # the killed run's files: rounds 2..6 in metrics.jsonl and in the events, checkpoint at 4
   before = results.read_jsonl(os.path.join(out, "metrics.jsonl"))
   assert [r["round"] for r in before] == [2, 4, 6]
   assert_same_as_metrics(out, before)
-  done = checkpoint.latest_round(out)
-  assert done == 4
-  # what the run loop does on --resume: reopen with the records the checkpoint covers
-  writer = tb.open_writer(out, [r for r in before if r["round"] <= done])
-
-  def write(t, total, record):
-    writer.write(record)
-    # flushed at each evaluation: a reader sees this round now, before close()
-    assert read_back(out)["test_loss"][-1][0] == t
-
-  experiment.run(config(), out, dataset=dataset, resume=True, progress=write, write_plots=False)
-  writer.close()
-  killed_writer.close()  # (its file is gone; closing it writes nothing anywhere)
+  assert checkpoint.latest_round(out) == 4
+  experiment.run(c, out, dataset=dataset, resume=True, write_plots=False)
   after = results.read_jsonl(os.path.join(out, "metrics.jsonl"))
   assert [r["round"] for r in after] == [2, 4, 6, 8]
   assert_same_as_metrics(out, after)
   assert len(tb.event_files(out)) == 1
   for tag in ("test_loss", "test_accuracy", "train_loss", "client_acc_mean", "seconds"):
     assert [s for s, _ in read_back(out)[tag]] == [2, 4, 6, 8]
+  # round 6 ran twice (killed before its checkpoint): the events hold the second run's value
+  assert read_back(out)["seconds"][2][1] == pytest.approx(after[2]["seconds"], rel=1e-6)
+
+
+def test_without_the_flag_a_run_writes_no_events(tmp_path, dataset):
+  out = str(tmp_path / "run")
+  experiment.run(config(), out, dataset=dataset, write_plots=False)
+  assert tb.event_files(out) == []
+
+
+def test_seeds_batch_writes_one_event_run_per_seed(tmp_path, dataset):
+  """``--seeds``: each seed<k>/ is a TensorBoard run of its own, equal to its metrics.jsonl."""
+  c = config()
+  c.tensorboard = True
+  out = str(tmp_path / "seeds")
+  experiment.run_seeds(c, [0, 3], out, dataset=dataset, write_plots=False)
+  for s in (0, 3):
+    folder = experiment.seed_dir(out, s)
+    records = results.read_jsonl(os.path.join(folder, "metrics.jsonl"))
+    assert [r["round"] for r in records] == [2, 4, 6, 8]
+    assert len(tb.event_files(folder)) == 1
+    assert_same_as_metrics(folder, records)
+  assert tb.event_files(out) == []  # the batch folder itself is not a run
+  seed0 = read_back(experiment.seed_dir(out, 0))["test_loss"]
+  seed3 = read_back(experiment.seed_dir(out, 3))["test_loss"]
+  assert seed0 != seed3
+
+
+def test_tensorboard_without_the_writer_is_a_config_error(tmp_path, dataset, monkeypatch):
+  for name in [m for m in sys.modules if m.startswith("tensorboardX")] + ["tensorboardX"]:
+    monkeypatch.setitem(sys.modules, name, None)
+  c = config()
+  c.tensorboard = True
+  with pytest.raises(experiment.ConfigError, match=r'pip install -e "\.\[tensorboard\]"'):
+    experiment.run(c, str(tmp_path / "run"), dataset=dataset, write_plots=False)
+  c = ml_collections.ConfigDict(c.to_dict(), type_safe=False)  # e.g. a config file's dict
+  c.tensorboard = "yes"
+  with pytest.raises(ValueError, match="tensorboard='yes'; allowed: True or False"):
+    experiment.validate_config(c)
+
+
+def test_run_binary_flag_writes_events(tmp_path):
+  """``python -m experiments.run --tensorboard``: event files beside metrics.jsonl."""
+  out = tmp_path / "run"
+  p = subprocess.run(
+    [
+      sys.executable,
+      "-m",
+      "experiments.run",
+      "--rounds=4",
+      "--eval_every=2",
+      "--num_clients=6",
+      "--clients_per_round=2",
+      "--local_steps=1",
+      "--progress=false",
+      "--tensorboard",
+      f"--output_dir={out}",
+    ],
+    cwd=ROOT,
+    env=dict(os.environ, JAX_PLATFORMS="cpu"),
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
+  assert p.returncode == 0, p.stderr[-2000:]
+  assert_same_as_metrics(str(out), results.read_jsonl(str(out / "metrics.jsonl")))
 
 
 def test_fresh_start_replaces_old_event_files(tmp_path):
