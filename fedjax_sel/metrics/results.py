@@ -188,7 +188,7 @@ def plot_curves(
 # Summary numbers compared across runs (mean and std over the seeds of a folder).
 COMPARED = ("final_test_loss", "best_test_loss", "final_test_accuracy", "best_test_accuracy")
 # Config fields that are bookkeeping, not experiment settings: never a difference.
-NOT_SETTINGS = ("output_dir", "resume", "data_dir", "checkpoint_every")
+NOT_SETTINGS = ("output_dir", "resume", "data_dir", "checkpoint_every", "tensorboard")
 _SEED_FOLDER = re.compile(r"^seed(\d+)$")
 _EXPECTED = (
   "expected a run folder (config.json and metrics.jsonl, from experiments.run) or a --seeds "

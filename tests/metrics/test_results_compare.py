@@ -31,7 +31,7 @@ def runs(tmp_path_factory):
       c[k] = v
     return c
 
-  fedgs = config(selection="fedgs")
+  fedgs = config(selection="fedgs", tensorboard=True)  # as the README's pair: bookkeeping
   fedgs.selection_hparams.alpha = 1.0
   folders = {name: str(root / name) for name in ("fedgs_ln", "uniform_ln", "seeds")}
   experiment.run(fedgs, folders["fedgs_ln"], dataset=dataset, write_plots=False)
@@ -71,6 +71,7 @@ def test_rows_equal_summaries_and_differs_equals_configs(runs):
     if configs[0].get(k) != configs[1].get(k) and k not in results.NOT_SETTINGS
   }
   assert differing == {"selection", "selection_hparams.alpha"}
+  assert configs[0]["tensorboard"] != configs[1]["tensorboard"]  # differs, but not a setting
   for row, config in zip(rows, configs):
     assert row["differs"] == {k: config.get(k) for k in sorted(differing)}
   assert rows[0]["differs"] == {"selection": "fedgs", "selection_hparams.alpha": 1.0}
