@@ -41,6 +41,19 @@ def assert_same_as_metrics(logdir: str, records: list[dict]) -> None:
     )
 
 
+def run_python(*args: str) -> None:
+  """``python *args`` from the repository root on the CPU; fails the test on a non-zero exit."""
+  p = subprocess.run(
+    [sys.executable, *args],
+    cwd=ROOT,
+    env=dict(os.environ, JAX_PLATFORMS="cpu"),
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
+  assert p.returncode == 0, p.stderr[-2000:]
+
+
 @pytest.fixture(scope="module")
 def dataset():
   return data.load("synthetic", 10, seed=0, alpha=0.5, beta=0.5)
@@ -129,27 +142,18 @@ def test_tensorboard_without_the_writer_is_a_config_error(tmp_path, dataset, mon
 def test_run_binary_flag_writes_events(tmp_path):
   """``python -m experiments.run --tensorboard``: event files beside metrics.jsonl."""
   out = tmp_path / "run"
-  p = subprocess.run(
-    [
-      sys.executable,
-      "-m",
-      "experiments.run",
-      "--rounds=4",
-      "--eval_every=2",
-      "--num_clients=6",
-      "--clients_per_round=2",
-      "--local_steps=1",
-      "--progress=false",
-      "--tensorboard",
-      f"--output_dir={out}",
-    ],
-    cwd=ROOT,
-    env=dict(os.environ, JAX_PLATFORMS="cpu"),
-    capture_output=True,
-    text=True,
-    timeout=300,
+  run_python(
+    "-m",
+    "experiments.run",
+    "--rounds=4",
+    "--eval_every=2",
+    "--num_clients=6",
+    "--clients_per_round=2",
+    "--local_steps=1",
+    "--progress=false",
+    "--tensorboard",
+    f"--output_dir={out}",
   )
-  assert p.returncode == 0, p.stderr[-2000:]
   assert_same_as_metrics(str(out), results.read_jsonl(str(out / "metrics.jsonl")))
 
 
@@ -227,14 +231,6 @@ def test_main_command_runs_without_the_writer(tmp_path):
     f"'--output_dir={tmp_path}']\n"
     "runpy.run_module('experiments.run', run_name='__main__')\n"
   )
-  p = subprocess.run(
-    [sys.executable, "-c", code],
-    cwd=ROOT,
-    env=dict(os.environ, JAX_PLATFORMS="cpu"),
-    capture_output=True,
-    text=True,
-    timeout=300,
-  )
-  assert p.returncode == 0, p.stderr[-2000:]
+  run_python("-c", code)
   assert json.loads((tmp_path / "summary.json").read_text())["rounds"] == 2
   assert tb.event_files(str(tmp_path)) == []
