@@ -35,12 +35,16 @@ CLUSTERED_SAMPLING_GROUPS = ((10, 100), (30, 250), (30, 500), (20, 750), (10, 10
 
 SIZE_SCHEMES = ("equal", "lognormal", "size_groups")
 
+# Client id order of ``shards``: as drawn, or sorted by label set (Fraboni et al.'s MNIST
+# one-class data give clients 10d..10d+9 the digit d).
+CLIENT_ORDERS = ("random", "by_label")
+
 # Hyper-parameters each partition accepts (beyond labels, num_clients, rng).
 _SIZE_HPARAMS = ("sizes", "sigma", "min_size", "groups")
 PARTITION_HPARAMS = {
   "iid": _SIZE_HPARAMS,
   "dirichlet": ("alpha",) + _SIZE_HPARAMS,
-  "shards": ("labels_per_client",),
+  "shards": ("labels_per_client", "client_order"),
   "lognormal": ("sigma", "min_size"),
   "size_groups": ("groups",),
   "clustered": ("num_groups",),
@@ -293,6 +297,7 @@ def shards(
   num_clients: int,
   labels_per_client: int,
   rng: np.random.Generator,
+  client_order: str = "random",
 ) -> list[np.ndarray]:
   """Exactly ``labels_per_client`` distinct labels per client (k = 1: one class each).
 
@@ -303,11 +308,17 @@ def shards(
   examples are used. Unlike McMahan et al.'s sorted shards, two shards of a client never
   share a label, so "k labels" is exact.
 
+  ``client_order="by_label"`` renumbers the clients of the same draw (same examples per
+  client) in increasing order of their sorted label set, ties by the random order's id: with
+  k = 1, 10 classes and 100 clients, clients 10d..10d+9 hold class d, as in Fraboni et al.'s
+  one-class MNIST data, where Algorithm 1's id-ordered distributions then hold one class each.
+
   Args:
     labels: i32[n] pool labels with C distinct values.
     num_clients: N >= 1.
     labels_per_client: k in [1, C].
     rng: numpy generator.
+    client_order: ``"random"`` (ids as drawn) or ``"by_label"`` (ids sorted by label set).
 
   Returns:
     N index arrays, each with exactly k distinct labels.
@@ -320,6 +331,8 @@ def shards(
   classes, inverse = np.unique(labels, return_inverse=True)
   num_classes = len(classes)
   k = _check_int("labels_per_client", labels_per_client, 1, num_classes)
+  if not isinstance(client_order, str) or client_order not in CLIENT_ORDERS:
+    raise ValueError(f"client_order={client_order!r}; allowed: {', '.join(CLIENT_ORDERS)}")
   slots = num_clients * k
   free = np.full(num_classes, slots // num_classes, np.int64)
   free[rng.permutation(num_classes)[: slots % num_classes]] += 1
@@ -343,7 +356,14 @@ def shards(
       holders[c], np.array_split(rng.permutation(members), len(holders[c])), strict=True
     ):
       parts[client].append(chunk)
-  return [rng.permutation(np.concatenate(p)).astype(np.int64) for p in parts]
+  out = [rng.permutation(np.concatenate(p)).astype(np.int64) for p in parts]
+  if client_order == "by_label":  # after every draw: the same clients, renumbered
+    sets: list[list[int]] = [[] for _ in range(num_clients)]
+    for c in range(num_classes):  # c ascending, so each set is sorted
+      for client in holders[c]:
+        sets[client].append(c)
+    out = [out[i] for i in sorted(range(num_clients), key=lambda i: (sets[i], i))]
+  return out
 
 
 def clustered(
@@ -444,10 +464,10 @@ def make_partition(
   """Partitions a pool by name; like ``partition_indices`` but also returns groups.
 
   Hyper-parameters (defaults in brackets): iid: sizes [all, equal]; dirichlet: alpha
-  [0.5], sizes; shards: labels_per_client [2]; lognormal: sigma [1.0], min_size [1];
-  size_groups: groups [CLUSTERED_SAMPLING_GROUPS]; clustered: num_groups [5]. ``sizes``
-  may be N integers or a name in ``SIZE_SCHEMES`` (then ``sigma``, ``min_size``,
-  ``groups`` configure it).
+  [0.5], sizes; shards: labels_per_client [2], client_order ["random"]; lognormal: sigma
+  [1.0], min_size [1]; size_groups: groups [CLUSTERED_SAMPLING_GROUPS]; clustered:
+  num_groups [5]. ``sizes`` may be N integers or a name in ``SIZE_SCHEMES`` (then
+  ``sigma``, ``min_size``, ``groups`` configure it).
   """
   if not isinstance(name, str) or name not in PARTITIONS:
     raise ValueError(f"unknown partition {name!r}; known partitions: {', '.join(PARTITIONS)}")
@@ -468,7 +488,8 @@ def make_partition(
     sizes = resolve_sizes(hparams.get("sizes"), n, num_clients, rng, **size_kw)
     return Partition(dirichlet(labels, num_clients, hparams.get("alpha", 0.5), rng, sizes))
   if name == "shards":
-    return Partition(shards(labels, num_clients, hparams.get("labels_per_client", 2), rng))
+    k, order = hparams.get("labels_per_client", 2), hparams.get("client_order", "random")
+    return Partition(shards(labels, num_clients, k, rng, order))
   if name == "lognormal":
     sizes = resolve_sizes("lognormal", n, num_clients, rng, **size_kw)
     return Partition(iid(labels, num_clients, rng, sizes))
