@@ -97,6 +97,29 @@ def client_weights(aux: AggregationAux, weighting: str) -> Array:
   return aux.num_examples.astype(jnp.float32)
 
 
+def client_lr(aux: AggregationAux, num_clients: int) -> Array:
+  """f32[N]: every client's lr eta_t this round (``aux.lr``; ones without it)."""
+  if aux.lr is None:
+    return jnp.ones((num_clients,), jnp.float32)
+  return jnp.broadcast_to(jnp.asarray(aux.lr, jnp.float32), (num_clients,))
+
+
+def memory_lr_after(memory_lr: Array, lr_now: Array, arrived: Array) -> Array:
+  """f32[N]: the lr each memory row was trained with, after this round's arrivals."""
+  return jnp.where(arrived, lr_now, memory_lr)
+
+
+def lr_rescale(lr_now: Array, memory_lr: Array) -> Array:
+  """f32[N]: eta_t / eta_i, what turns a remembered delta D_i (trained with eta_i) into
+  eta_t * G_i = eta_t * D_i / eta_i (FedAR Eq. 4 and 7, MIFA Algorithm 1).
+
+  The memories keep G_i as the pair (D_i, eta_i) rather than the quotient: x / x is exactly
+  1 in floating point, so under a constant lr (and for every fresh update) the factor is 1
+  and the results are bit for bit those of a delta memory.
+  """
+  return safe_divide(lr_now, memory_lr)
+
+
 def zeros_memory(params: Params, num_clients: int) -> PyTree:
   """A pytree of zeros shaped [N, ...] for every leaf of params (O(N * P) memory)."""
   return jax.tree_util.tree_map(

@@ -26,12 +26,14 @@ class FedARState(NamedTuple):
   """FedAR's server memory.
 
   Attributes:
-    memory: pytree of [N, ...], each client's latest received update (G_i in delta space,
-      zeros if never seen).
+    memory: pytree of [N, ...], each client's latest received update D_i = -eta_i G_i
+      (local minus global params, zeros if never seen); G_i = -D_i / memory_lr_i.
     staleness: i32[N], tau(i, t): rounds since the client's update last arrived (Eq. 5).
     seen: bool[N], the paper's "temporary client set E" (clients that ever answered).
     num_contributing: f32[], N_t of the last round (diagnostic).
     rounds: i32[], how many times ``apply`` ran.
+    memory_lr: f32[N], eta_i, the client lr each memory row was trained with (1 if never
+      seen).
   """
 
   memory: PyTree
@@ -39,6 +41,7 @@ class FedARState(NamedTuple):
   seen: Array
   num_contributing: Array
   rounds: Array
+  memory_lr: Array
 
 
 def staleness_cutoff(
@@ -120,10 +123,12 @@ def make_fedar(
   """FedAR: ``w <- w - eta / N_t * sum_i psi_{i,t} G_i[t]``  (Eq. 7, Algorithm 1).
 
   Mapping to delta space: the paper's G_i = (w_t - w^i_{t,K}) / eta_t is a gradient-like
-  quantity, so ``-eta_t G_i = delta_i`` (local minus global params) and Eq. 7 becomes
-  ``w <- w + (1/N_t) sum_i psi_{i,t} D_i`` with D_i the latest received delta of client i.
-  This aggregator returns ``update = (1/N_t) sum_i psi_{i,t} D_i``; with server_lr = 1 the
-  server step is exactly Eq. 7 (the local learning rate already lives in the deltas).
+  quantity (Eq. 4), so a client that trained with lr eta_i sent ``delta_i = -eta_i G_i``
+  (local minus global params). The memory keeps G_i as the pair (D_i, eta_i) of its latest
+  delta and lr (``memory_lr``), and this aggregator returns ``update = -(eta_t / N_t) sum_i
+  psi_{i,t} G_i = (1/N_t) sum_i psi_{i,t} (eta_t / eta_i) D_i`` with eta_t this round's lr
+  (``aux.lr``); with server_lr = 1 the server step is exactly Eq. 7 under any lr schedule.
+  Under a constant lr eta_t / eta_i = 1 exactly. Without ``aux.lr`` every eta is 1.
 
   Each round: D_i <- delta_i and tau(i,t) = 0 for clients whose update arrived, tau(i,t) =
   tau(i,t-1) + 1 for the others (Eq. 4-5; tau starts at 0); psi by Eq. 6 with the paper's
@@ -167,6 +172,7 @@ def make_fedar(
       seen=jnp.zeros((num_clients,), bool),
       num_contributing=jnp.zeros((), jnp.float32),
       rounds=jnp.zeros((), jnp.int32),
+      memory_lr=jnp.ones((num_clients,), jnp.float32),
     )
 
   def apply(
@@ -196,6 +202,8 @@ def make_fedar(
     deltas = _common.zero_unreceived(deltas, received)
     arrived = _common.scatter_mask(num_clients, selection.cohort, received)
     memory = _common.scatter_rows(state.memory, deltas, selection.cohort, received)
+    lr_now = _common.client_lr(aux, num_clients)
+    memory_lr = _common.memory_lr_after(state.memory_lr, lr_now, arrived)
     staleness = jnp.where(arrived, 0, state.staleness + 1)
     seen = state.seen | arrived
     psi = staleness_weight(staleness, jnp.asarray(t) + 1, rho, cutoff, t0, b, scale, psi_max)
@@ -203,6 +211,7 @@ def make_fedar(
     client_q = _common.client_weights(aux, weighting)
     num_contributing = jnp.where(contributing, client_q, 0.0).sum()
     weights = _common.safe_divide(jnp.where(contributing, psi * client_q, 0.0), num_contributing)
+    weights = weights * _common.lr_rescale(lr_now, memory_lr)  # eta_t G_i = (eta_t/eta_i) D_i
     update = _common.weighted_sum(weights, memory)
     new_state = FedARState(
       memory=memory,
@@ -210,6 +219,7 @@ def make_fedar(
       seen=seen,
       num_contributing=num_contributing,
       rounds=state.rounds + 1,
+      memory_lr=memory_lr,
     )
     return update, new_state
 

@@ -27,10 +27,12 @@ class FedVARPState(NamedTuple):
     memory: pytree of [N, ...], each client's latest received update y_i (zeros if never
       seen).
     rounds: i32[], how many times ``apply`` ran.
+    memory_lr: f32[N], the client lr each memory row was trained with (1 if never seen).
   """
 
   memory: PyTree
   rounds: Array
+  memory_lr: Array
 
 
 @register("fedvarp")
@@ -44,6 +46,11 @@ def make_fedvarp(weighting: str = "uniform") -> Aggregator:
   Under full participation the two memory terms cancel and this is FedAvg. Available
   clients' fresh updates get weight 1/|S| > 1/N while the stale ones keep 1/N (FedAR's
   description). Memory: O(N * P), a pytree of [N, ...] arrays.
+
+  The memory holds gradient-like y_i = delta_i / eta_i, as MIFA's and FedAR's (the pair
+  (delta_i, eta_i)), and the update is taken at this round's lr eta_t (``aux.lr``): a
+  remembered delta enters as ``(eta_t / eta_i) y_i``. Under a constant lr the factor is 1
+  exactly and this is the delta-space rule above bit for bit.
 
   Args:
     weighting: "uniform" (q_i = 1) or "num_examples" (q_i = n_i).
@@ -59,6 +66,7 @@ def make_fedvarp(weighting: str = "uniform") -> Aggregator:
     return FedVARPState(
       memory=_common.zeros_memory(params, info.num_clients),
       rounds=jnp.zeros((), jnp.int32),
+      memory_lr=jnp.ones((info.num_clients,), jnp.float32),
     )
 
   def apply(
@@ -92,15 +100,25 @@ def make_fedvarp(weighting: str = "uniform") -> Aggregator:
     memory_weights = _common.safe_divide(client_q, client_q.sum())
     slot_weights = jnp.where(received, client_q[cohort], 0.0)
     slot_weights = _common.safe_divide(slot_weights, slot_weights.sum())
+    # eta_t / eta_i of the memory before this round (fresh deltas were trained at eta_t)
+    lr_now = _common.client_lr(aux, num_clients)
+    rescale = _common.lr_rescale(lr_now, state.memory_lr)
     old_rows = jax.tree_util.tree_map(lambda mem: mem[cohort], state.memory)
-    corrections = jax.tree_util.tree_map(lambda d, y: d - y.astype(d.dtype), deltas, old_rows)
+    old_scale = rescale[cohort]
+
+    def correction(d, y):
+      return d - old_scale.reshape((-1,) + (1,) * (d.ndim - 1)).astype(d.dtype) * y.astype(d.dtype)
+
+    corrections = jax.tree_util.tree_map(correction, deltas, old_rows)
     corrections = _common.zero_unreceived(corrections, received)
     update = jax.tree_util.tree_map(
       lambda a, b: a + b,
-      _common.weighted_sum(memory_weights, state.memory),
+      _common.weighted_sum(memory_weights * rescale, state.memory),
       _common.weighted_sum(slot_weights, corrections),
     )
     memory = _common.scatter_rows(state.memory, deltas, selection.cohort, received)
-    return update, FedVARPState(memory=memory, rounds=state.rounds + 1)
+    arrived = _common.scatter_mask(num_clients, selection.cohort, received)
+    memory_lr = _common.memory_lr_after(state.memory_lr, lr_now, arrived)
+    return update, FedVARPState(memory=memory, rounds=state.rounds + 1, memory_lr=memory_lr)
 
   return Aggregator(init=init, apply=apply)

@@ -40,7 +40,7 @@ from fedjax_sel.core.optimizers import (
 from fedjax_sel.core.optimizers import LR_SCHEDULES as LR_SCHEDULES
 from fedjax_sel.core.optimizers import SERVER_OPTIMIZERS as SERVER_OPTIMIZERS
 from fedjax_sel.core.registry import check_range, is_integer, is_traced
-from fedjax_sel.core.state import RoundState, SimulationConfig, SimulationData
+from fedjax_sel.core.state import DataBound, RoundState, SimulationConfig, SimulationData
 from fedjax_sel.core.types import (
   AggregationAux,
   Aggregator,
@@ -57,28 +57,6 @@ from fedjax_sel.similarity.sketch import sketch as sketch_updates
 
 # RoundState fields whose [N, ...] leaves are split over the client mesh (state_shardings)
 SHARDED_STATE = ("aggregation_state", "client_state", "update_sketch", "embeddings")
-
-
-class _DataBound:
-  """A jitted ``f(data, *args)`` called as ``f(*args)`` with the simulation's device data,
-  so the data are an argument of the compiled program. ``_cache_size``, ``lower`` and
-  ``with_data(data, *args)`` (the same program on other data of equal shapes) pass through."""
-
-  def __init__(self, jitted, sim: Simulation):
-    self.jitted = jitted
-    self._sim = sim
-
-  def __call__(self, *args, **kwargs):
-    return self.jitted(self._sim.device_data, *args, **kwargs)
-
-  def with_data(self, data: SimulationData, *args, **kwargs):
-    return self.jitted(data, *args, **kwargs)
-
-  def lower(self, *args, **kwargs):
-    return self.jitted.lower(self._sim.device_data, *args, **kwargs)
-
-  def _cache_size(self) -> int:
-    return self.jitted._cache_size()
 
 
 class Simulation:
@@ -114,6 +92,8 @@ class Simulation:
     check_range("eval_memory_mb", config.eval_memory_mb, 1)
     check_range("num_noise_inputs", config.num_noise_inputs, 1)
     check_range("loss_examples", config.loss_examples, 1)
+    if not isinstance(config.global_train_loss, (bool, np.bool_)):
+      raise ValueError(f"global_train_loss={config.global_train_loss!r}; allowed: True or False")
     num_clients = data.num_clients
     num_selected = int(selection.num_selected)
     if num_selected < 1 or num_selected > num_clients:
@@ -180,11 +160,11 @@ class Simulation:
     self.device_data = self._put_eval(data)._replace(
       train=self.trainer.data, projection=put(projection), noise=put(noise)
     )
-    self.round_step = _DataBound(jax.jit(self._round_step_with), self)
-    self.run_rounds = _DataBound(
+    self.round_step = DataBound(jax.jit(self._round_step_with), self)
+    self.run_rounds = DataBound(
       jax.jit(self._run_rounds_with, static_argnums=2, donate_argnums=1), self
     )
-    self.evaluate = _DataBound(jax.jit(self._evaluate_with), self)
+    self.evaluate = DataBound(jax.jit(self._evaluate_with), self)
 
   def replace_parts(
     self,
@@ -283,13 +263,15 @@ class Simulation:
   def train_y(self) -> jax.Array:
     return self.device_data.train.y
 
-  def global_eval(self, params, data: SimulationData | None = None):
-    """(test loss, test accuracy) of ``params`` on the global test set."""
+  def global_eval(self, params, data: SimulationData | None = None, split: str = "test"):
+    """(loss, accuracy) of ``params`` on the global test set, or with ``split="train"`` on
+    every client's training split (the union of the training examples, example-weighted)."""
     data = self.device_data if data is None else data
+    tr = data.train
     return evaluation.global_stats(
       self.model.apply,
       params,
-      data.test,
+      data.test if split == "test" else evaluation.EvalArrays(tr.x, tr.y, tr.table),
       self.eval_chunk,
       divisor=self.x_divisor,
       mesh=self._mesh,
@@ -467,6 +449,13 @@ class Simulation:
       return self._client_lr(counts)
     return self._client_lr(state.round)
 
+  def client_lrs(self, state: RoundState) -> jax.Array:
+    """f32[N]: the lr every client trains with if selected in ``state``'s round (the
+    aggregators' eta_t, ``AggregationAux.lr``); ``slot_lr`` is its value at the cohort."""
+    if self.config.lr_schedule_unit == "participation":
+      return self._client_lr(state.sampling_counts)
+    return jnp.broadcast_to(self._client_lr(state.round), (self.num_clients,))
+
   # ---------------------------------------------------------------- one round
   def _round_step(self, state: RoundState) -> tuple[RoundState, dict]:
     """One round on this simulation's data, closed over (for callers that jit it
@@ -494,7 +483,7 @@ class Simulation:
     deltas = mask_slots(result.deltas, finite)
     used = Selection(selection.cohort, finite, jnp.where(finite, selection.weights, 0.0))
     num_examples_f = data.train.counts.astype(jnp.float32)
-    agg_aux = AggregationAux(avail_probs=probs, num_examples=num_examples_f, finite=finite)
+    agg_aux = AggregationAux(probs, num_examples_f, finite, lr=self.client_lrs(state))
     update, aggregation_state = self.aggregator.apply(
       state.aggregation_state, deltas, used, avail, t, aux=agg_aux
     )
@@ -585,6 +574,10 @@ class Simulation:
     test_loss, test_acc = self.global_eval(state.params, data)
     _, acc_k, has = self.client_eval(state.params, data)
     out = {"test_loss": test_loss, "test_accuracy": test_acc}
+    if self.config.global_train_loss:
+      out["global_train_loss"], out["global_train_accuracy"] = self.global_eval(
+        state.params, data, "train"
+      )
     out.update(evaluation.accuracy_distribution(acc_k, None if self._all_local else has))
     counts = state.sampling_counts.astype(jnp.float32)
     out["sampling_count_mean"] = jnp.mean(counts)

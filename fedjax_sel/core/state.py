@@ -1,6 +1,6 @@
 """The round loop's data types: the experiment's whole state (``RoundState``), the arrays
-the compiled programs read (``SimulationData``) and the static settings
-(``SimulationConfig``)."""
+the compiled programs read (``SimulationData``, passed by ``DataBound``) and the static
+settings (``SimulationConfig``)."""
 
 from __future__ import annotations
 
@@ -67,6 +67,28 @@ class SimulationData(NamedTuple):
   noise: jax.Array
 
 
+class DataBound:
+  """A jitted ``f(data, *args)`` called as ``f(*args)`` with a simulation's ``device_data``,
+  so the data are an argument of the compiled program. ``_cache_size``, ``lower`` and
+  ``with_data(data, *args)`` (the same program on other data of equal shapes) pass through."""
+
+  def __init__(self, jitted, sim):
+    self.jitted = jitted
+    self._sim = sim
+
+  def __call__(self, *args, **kwargs):
+    return self.jitted(self._sim.device_data, *args, **kwargs)
+
+  def with_data(self, data: SimulationData, *args, **kwargs):
+    return self.jitted(data, *args, **kwargs)
+
+  def lower(self, *args, **kwargs):
+    return self.jitted.lower(self._sim.device_data, *args, **kwargs)
+
+  def _cache_size(self) -> int:
+    return self.jitted._cache_size()
+
+
 class SimulationConfig(NamedTuple):
   """Static settings of the round loop."""
 
@@ -96,3 +118,7 @@ class SimulationConfig(NamedTuple):
   # chunk sizes change per-example values by float rounding, <= 5e-7)
   eval_chunk: int = 0
   eval_memory_mb: int = 512
+  # also evaluate the global model on every client's training split (``evaluate`` adds
+  # global_train_loss / global_train_accuracy: example-weighted over the union of the
+  # training examples, chunked as the test set; the loss the papers plot)
+  global_train_loss: bool = False

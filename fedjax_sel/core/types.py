@@ -138,11 +138,18 @@ class AggregationAux(NamedTuple):
     num_examples: f32[N], training examples per client.
     finite: bool[M], whether each cohort slot's update is finite (non-finite ones
       must be ignored).
+    lr: f32[N], the client lr eta_t of every client this round: the lr its local training
+      uses if it is selected (the schedule at the round index, so one value repeated, or
+      at the client's own participation count with ``lr_schedule_unit="participation"``).
+      A slot's update was trained with ``lr[cohort[m]]``. Memory aggregators store
+      G_i = delta_i / eta and step by eta_t * G (FedAR Eq. 4 and 7). None: 1 everywhere
+      (the updates taken as they are).
   """
 
   avail_probs: Array
   num_examples: Array
   finite: Array
+  lr: Array | None = None
 
 
 class Aggregator(NamedTuple):

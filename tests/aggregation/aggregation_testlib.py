@@ -42,12 +42,20 @@ def selection_of(cohort, valid=None, weights=None) -> Selection:
   return Selection(cohort=cohort, valid=valid, weights=jnp.asarray(weights, jnp.float32))
 
 
-def aux_of(num_clients, num_slots, probs=None, num_examples=None, finite=None) -> AggregationAux:
+def aux_of(
+  num_clients, num_slots, probs=None, num_examples=None, finite=None, lr=None
+) -> AggregationAux:
+  """``lr``: every client's lr this round (a scalar is repeated over the N clients)."""
   probs = jnp.ones((num_clients,)) if probs is None else jnp.asarray(probs)
   sizes = jnp.ones((num_clients,)) if num_examples is None else jnp.asarray(num_examples)
   finite = jnp.ones((num_slots,), bool) if finite is None else jnp.asarray(finite, bool)
+  if lr is not None:
+    lr = jnp.broadcast_to(jnp.asarray(lr, jnp.float32), (num_clients,))
   return AggregationAux(
-    avail_probs=probs.astype(jnp.float32), num_examples=sizes.astype(jnp.float32), finite=finite
+    avail_probs=probs.astype(jnp.float32),
+    num_examples=sizes.astype(jnp.float32),
+    finite=finite,
+    lr=lr,
   )
 
 

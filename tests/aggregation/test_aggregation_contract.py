@@ -27,6 +27,7 @@ CONFIGS = DEFAULTS + [
   ("fedar", {"cutoff": "nonconvex", "rho": 0.5}),
   ("fedar", {"weighting": "num_examples", "cutoff": "none"}),
   ("fedavg_is", {"self_normalize": True, "weighting": "uniform"}),
+  ("mifa", {"average_over": "seen", "step_scale": 1.05}),
 ]
 
 
@@ -174,6 +175,8 @@ def test_unknown_name_lists_known_names():
     ("fedar", {"cutoff": "concave"}),
     ("fedar", {"psi_max": 0.5}),
     ("mifa", {"weighting": "by_size"}),
+    ("mifa", {"average_over": "available"}),
+    ("mifa", {"step_scale": 0.0}),
     ("fedavg_is", {"min_prob": 0.0}),
     ("fdms", {"confidence": 1.0}),
     ("fdms", {"beta": 0.0}),

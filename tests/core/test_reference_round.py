@@ -147,10 +147,13 @@ def run_both(**kw):
 
   else:
     hp = agg_hp or {}
-    rule = ref.FedAR(params0, len(SIZES), hp["rho"], hp["t0"], hp["b"], hp["psi_max"])
+    if agg == "mifa":
+      rule = ref.MIFA(params0, len(SIZES), seen_only=hp.get("average_over") == "seen")
+    else:
+      rule = ref.FedAR(params0, len(SIZES), hp["rho"], hp["t0"], hp["b"], hp["psi_max"])
 
-    def aggregate(deltas, cohort, valid, w, received, t):
-      return rule(deltas, cohort, received, t)
+    def aggregate(deltas, cohort, valid, w, received, t, lrs):
+      return rule(deltas, cohort, received, t, lrs)
 
   want, records = ref.run_rounds(
     params0,
@@ -172,6 +175,7 @@ def run_both(**kw):
     client_momentum=client_momentum if client_momentum else 0.0,
     server_lr=server_lr,
     server_momentum=0.9 if server == "momentum" else 0.0,
+    aggregate_lrs=agg != "fedavg",
   )
   return sim, state, metrics, want, records, params0
 
@@ -275,5 +279,24 @@ def test_fedar_simulation_equals_numpy_reference():
   client at staleness 1 in the paper's round 1 but keeps it in round 2."""
   hp = dict(rho=0.5, t0=0.5, b=2.5, psi_max=1.3)
   _, state, metrics, want, records, _ = run_both(agg="fedar", agg_hp=hp, epochs=1, batch=4)
+  assert_tree_close(state.params, want)
+  assert_metrics(metrics, records)
+
+
+@pytest.mark.parametrize(
+  "hp,lr",
+  [
+    ({}, dict(lr_decay=0.9)),
+    ({"average_over": "seen"}, dict(lr_decay=0.9)),
+    # FedEMD's per-client StepLR: a client's eta_t is its own (halved per participation)
+    ({}, dict(lr_step=(1, 0.5), lr_unit="participation")),
+  ],
+  ids=["decay", "seen-decay", "per-client-step"],
+)
+def test_mifa_simulation_equals_numpy_reference(hp, lr):
+  """MIFA's G_i = delta_i / eta and step eta_t * mean G (Gu et al., Alg. 1) through the
+  round loop under lr schedules: client 3 answers in round 2 only and client 5 never, so
+  stale rows and never-seen clients both meet a changed lr."""
+  _, state, metrics, want, records, _ = run_both(agg="mifa", agg_hp=hp, epochs=1, batch=4, **lr)
   assert_tree_close(state.params, want)
   assert_metrics(metrics, records)

@@ -161,22 +161,32 @@ def fedavg(deltas, weights, valid, received):
 
 
 class MIFA:
-  """MIFA (Gu et al. 2021, Alg. 1): G_i <- the update received from i, kept otherwise;
-  update = (1/N) sum_i G_i, or sum_i q_i G_i / sum_i q_i with client weights q (``sizes``)."""
+  """MIFA (Gu et al. 2021, Alg. 1): G_i <- delta_i / eta_t from the client i that answered
+  (delta = local minus global params, so G here is minus the paper's), kept otherwise;
+  update = eta_t (1/N) sum_i G_i, or eta_t sum_i q_i G_i / sum_i q_i with client weights q
+  (``sizes``). ``lrs``: every client's lr eta_t this round (None: 1). ``seen_only``: the
+  average over the clients that ever answered; ``step_scale``: a factor on the update."""
 
-  def __init__(self, params, num_clients, sizes=None):
+  def __init__(self, params, num_clients, sizes=None, seen_only=False, step_scale=1.0):
     self.memory = [zeros_like(params) for _ in range(num_clients)]
     self.q = [1.0] * num_clients if sizes is None else [float(v) for v in sizes]
+    self.seen = [False] * num_clients
+    self.seen_only, self.step_scale = seen_only, step_scale
 
-  def __call__(self, deltas, cohort, received, t):
+  def __call__(self, deltas, cohort, received, t, lrs=None):
     del t
+    lrs = [1.0] * len(self.q) if lrs is None else lrs
     for m, d in enumerate(deltas):
       if received[m]:
-        self.memory[cohort[m]] = d
-    total = sum(self.q)
+        self.memory[cohort[m]] = tmap(lambda d_, e=lrs[cohort[m]]: d_ / e, d)
+        self.seen[cohort[m]] = True
+    q = [qi if self.seen[i] or not self.seen_only else 0.0 for i, qi in enumerate(self.q)]
+    total = sum(q)
     out = zeros_like(self.memory[0])
-    for q, g in zip(self.q, self.memory):
-      out = tmap(lambda o, g_, c=q / total: o + c * g_, out, g)
+    for i, g in enumerate(self.memory):
+      if q[i]:
+        c = self.step_scale * lrs[i] * q[i] / total
+        out = tmap(lambda o, g_, c=c: o + c * g_, out, g)
     return out
 
 
@@ -185,7 +195,9 @@ class FedAR:
   1-based (our round index + 1): tau_i = 0 if i's update arrived, tau_i + 1 otherwise;
   psi_i = 0 if tau_i >= g(t) else min((tau_i + 1)^rho, psi_max); N_t = the clients ever seen
   with psi > 0; update = (1 / N_t) sum_i psi_i G_i. With client weights q (``sizes``):
-  N_t = sum of q_i over those clients and every term is weighted by q_i."""
+  N_t = sum of q_i over those clients and every term is weighted by q_i. G_i = delta_i / eta
+  of the round it arrived, and the update is eta_t times the weighted sum (Eq. 4 and 7;
+  ``lrs``: every client's eta_t this round, None: 1)."""
 
   def __init__(self, params, num_clients, rho, t0, b, psi_max, sizes=None):
     self.memory = [zeros_like(params) for _ in range(num_clients)]
@@ -200,11 +212,12 @@ class FedAR:
       return 0.0
     return min((tau + 1.0) ** self.rho, self.psi_max)
 
-  def __call__(self, deltas, cohort, received, t):
+  def __call__(self, deltas, cohort, received, t, lrs=None):
+    lrs = [1.0] * len(self.q) if lrs is None else lrs
     arrived = set()
     for m, d in enumerate(deltas):
       if received[m]:
-        self.memory[cohort[m]] = d
+        self.memory[cohort[m]] = tmap(lambda d_, e=lrs[cohort[m]]: d_ / e, d)
         arrived.add(int(cohort[m]))
     for i in range(len(self.tau)):
       self.tau[i] = 0 if i in arrived else self.tau[i] + 1
@@ -215,7 +228,7 @@ class FedAR:
     self.num_contributing = sum(self.q[i] for i in contributing)
     out = zeros_like(self.memory[0])
     for i in contributing:
-      c = psi[i] * self.q[i] / self.num_contributing
+      c = lrs[i] * psi[i] * self.q[i] / self.num_contributing
       out = tmap(lambda o, g, c=c: o + c * g, out, self.memory[i])
     return out
 
@@ -261,6 +274,7 @@ def run_rounds(
   client_momentum=0.0,
   server_lr=1.0,
   server_momentum=0.0,
+  aggregate_lrs=False,
 ):
   """Runs ``rounds`` rounds; returns (final params, per-round records).
 
@@ -271,7 +285,8 @@ def run_rounds(
   ``client_lr * gamma**(u // size)`` (PyTorch StepLR), where u is the round t
   (``lr_unit="round"``) or the number of rounds in which the slot's client trained before
   (``"participation"``: a scheduler per client, stepped after each of its local trainings);
-  the record's ``client_lr`` is then the mean over the trained slots.
+  the record's ``client_lr`` is then the mean over the trained slots. With
+  ``aggregate_lrs`` the aggregate gets a seventh argument: every client's lr this round.
   """
   x = np.asarray(x, np.float64)
   y = np.asarray(y)
@@ -291,6 +306,7 @@ def run_rounds(
     key_t = jax.random.fold_in(state_key, t)
     _, k_train = jax.random.split(key_t)
     lr = lr_at(t)
+    client_lrs = [lr_at(k) if lr_unit == "participation" else lr for k in trainings]
     deltas, losses, used_lrs = [], [], []
     for i, c in enumerate(cohort):
       if not valid[i]:
@@ -309,7 +325,8 @@ def run_rounds(
     if lr_unit == "participation":
       lr = float(np.mean(used_lrs)) if used_lrs else 0.0
     received = [bool(valid[i]) and bool(avail[cohort[i]]) for i in range(len(cohort))]
-    update = aggregate(deltas, cohort, valid, weights, received, t)
+    extra = (client_lrs,) if aggregate_lrs else ()
+    update = aggregate(deltas, cohort, valid, weights, received, t, *extra)
     server.step(update)
     trained = [losses[i] for i in range(len(cohort)) if valid[i]]
     records.append(
