@@ -4,10 +4,14 @@ r"""FL-FDMS (Wang & Xu): friend model substitution for dropped clients, clustere
   python -m experiments.fl_fdms --quick --output_dir=/tmp/fl_fdms
   python -m experiments.fl_fdms --data_dir=~/tensorflow_datasets --output_dir=runs/fl_fdms_mnist
 
-20 clients in 5 clusters (``clustered`` partition); every round exactly floor(alpha N)
-clients drop (``cluster_dropout`` in ``fl_fdms`` mode: each cluster keeps one active client,
-the paper's Assumption 5). Methods: Full (no dropout, oracle), Dropout, Stale, FL-FDMS and
-FL-FDMS with complexity reduction (CR) at Theta_t (Case 1) and 0.5 Theta_t (Case 2).
+20 clients in 5 clusters (``clustered`` partition). Dropout process (``--config.process``):
+"redrawn", every round exactly floor(alpha N) clients drop, drawn afresh (``cluster_dropout``
+in ``fl_fdms`` mode: each cluster keeps one active client, the paper's Assumption 5), or
+"markov", persistent absences (``markov_dropout``: each client an on/off chain, off a share
+alpha of the rounds, absences of ``--config.mean_absence`` rounds on average). Methods: Full
+(no dropout, oracle), Dropout, Stale, FL-FDMS, FL-FDMS with complexity reduction (CR) at
+Theta_t (Case 1) and 0.5 Theta_t (Case 2), and FL-FDMS with the oracle friend (the true
+cluster; a control).
 
 Writes to --output_dir: ``accuracy.{csv,md}`` (final test accuracy, methods x alpha),
 ``convergence.{csv,md}`` (mean accuracy over rounds, rounds to ``convergence_target``,
@@ -34,7 +38,7 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from experiments import common
-from fedjax_sel import experiment
+from fedjax_sel import availability, experiment
 from fedjax_sel.core import checkpoint
 from fedjax_sel.metrics import results
 
@@ -45,7 +49,13 @@ METHODS = {
   "fdms": "FL-FDMS",
   "fdms_cr": "FL-FDMS + CR (Θ_t, Case 1)",
   "fdms_cr_half": "FL-FDMS + CR (0.5 Θ_t, Case 2)",
+  "fdms_oracle": "FL-FDMS, oracle friend (true cluster)",
 }
+# The dropout process: "redrawn" (``cluster_dropout`` mode ``fl_fdms``: exactly floor(alpha N)
+# clients drop, drawn afresh each round, one per cluster kept) or "markov" (``markov_dropout``:
+# each client an on/off chain, off a share alpha of the rounds, absences of ``mean_absence``
+# rounds on average).
+PROCESSES = ("redrawn", "markov")
 CR_METHODS = ("fdms", "fdms_cr", "fdms_cr_half")
 TINY_ENV = "FEDJAX_SEL_TINY"
 
@@ -65,6 +75,11 @@ def prepare_config(
   for a in c.alphas:
     if not 0.0 <= float(a) < 1.0:
       raise ValueError(f"alpha={a!r} is out of range; allowed: [0, 1)")
+  if c.process not in PROCESSES:
+    raise ValueError(f"process={c.process!r} is not allowed; allowed: {list(PROCESSES)}")
+  if c.process == "markov":
+    for a in c.alphas:  # mean_absence >= 1 and >= alpha / (1 - alpha), with the model's message
+      availability.make("markov_dropout", dropout_rate=float(a), mean_absence=c.mean_absence)
   if quick:
     c.base.rounds = c.quick_rounds
     c.base.eval_every = c.quick_eval_every
@@ -90,14 +105,22 @@ def cell_config(config: ml_collections.ConfigDict, method: str, alpha: float | N
     c.aggregator = "full"
     c.aggregator_hparams = ml_collections.ConfigDict({"weighting": config.weighting})
     return c
-  c.availability_hparams.dropout_rate = float(alpha)
-  c.availability_hparams.num_clusters = g
+  if config.process == "markov":
+    c.availability = "markov_dropout"
+    c.availability_hparams = ml_collections.ConfigDict(
+      {"dropout_rate": float(alpha), "mean_absence": float(config.mean_absence)}
+    )
+  else:
+    c.availability_hparams.dropout_rate = float(alpha)
+    c.availability_hparams.num_clusters = g
   if method in ("dropout", "stale"):
     c.aggregator = method
     c.aggregator_hparams = ml_collections.ConfigDict({"weighting": config.weighting})
     return c
   c.aggregator = "fdms"
   hp = {"weighting": config.weighting}
+  if method == "fdms_oracle":
+    hp["friend"] = "oracle"  # clusters from the label sets: the clustered partition's groups
   if method in ("fdms_cr", "fdms_cr_half"):
     hp.update(
       complexity_reduction=True,
@@ -122,6 +145,16 @@ def cells(config: ml_collections.ConfigDict) -> list[tuple[str, str, float | Non
       if m != "full":
         out.append((f"alpha{float(a):g}_{m}", m, float(a)))
   return out
+
+
+def process_text(config: ml_collections.ConfigDict) -> str:
+  """The dropout process in words, for table titles."""
+  if config.process == "markov":
+    return (
+      f"Markov dropout (each client off a share α of the rounds, absences of "
+      f"{float(config.mean_absence):g} rounds on average)"
+    )
+  return "redrawn dropout (exactly ⌊αN⌋ clients drop, drawn afresh each round)"
 
 
 def dataset_cache() -> Callable[[ml_collections.ConfigDict], object]:
@@ -219,7 +252,10 @@ def run_study(
   # every cell and seed; those of one program shape run as one
   runs = common.run_named_cells(cfgs, output_dir, seeds, dataset_fn=load, resume=resume)
   base = config.base
-  setup = f"{base.dataset}, {base.num_clients} clients in {base.num_groups} clusters, {base.model}"
+  setup = (
+    f"{base.dataset}, {base.num_clients} clients in {base.num_groups} clusters, {base.model}, "
+    f"{process_text(config)}"
+  )
 
   def acc_cell(name):
     if name not in runs:

@@ -10,6 +10,11 @@ Offline the dataset is scikit-learn's ``digits`` (the only labelled image set av
 without a download; the clustered partition needs labels), with an MLP; with --data_dir the
 binary switches to ``real_dataset``/``real_model`` (MNIST + the FedAvg CNN).
 
+Dropout process (``process``): "redrawn", exactly floor(alpha N) clients drop each round,
+drawn afresh, one client per cluster kept; or "markov", each client an independent on/off
+chain off a share alpha of the rounds with absences of ``mean_absence`` rounds on average
+(``markov_dropout``; no client kept, so a whole cluster can be away).
+
 Use: ``python -m experiments.fl_fdms --config=experiments/configs/fl_fdms.py
 --config.alphas='(0.5,)' --output_dir=runs/fl_fdms``.
 """
@@ -45,7 +50,11 @@ def get_config() -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.base = base
   c.alphas = (0.3, 0.5, 0.7)
-  c.methods = ("full", "dropout", "stale", "fdms", "fdms_cr", "fdms_cr_half")
+  c.methods = ("full", "dropout", "stale", "fdms", "fdms_cr", "fdms_cr_half", "fdms_oracle")
+  # The dropout process: "redrawn" (exactly floor(alpha N) drop, drawn afresh each round; the
+  # committed results/fl_fdms_fmnist_mlp/) or "markov" (persistent absences, issue 38).
+  c.process = "redrawn"
+  c.mean_absence = 10.0  # "markov": mean absence in rounds (5 % of the 200 rounds)
   c.weighting = "uniform"  # the paper's 1/K average in every aggregator
   c.cr_confidence = 0.05  # p of Theorem 2 (not given in the paper)
   c.real_dataset = "mnist"

@@ -7,6 +7,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from fedjax_sel.aggregation import _common
 from fedjax_sel.aggregation.registry import register
@@ -105,6 +106,25 @@ def _first_occurrence(cohort: Array, received: Array) -> Array:
   return received & ~jnp.any(same & earlier, axis=1)
 
 
+_FRIENDS = ("similarity", "oracle")
+
+
+def same_cluster(info: ClientInfo, cluster_ids: np.ndarray | None) -> Array:
+  """bool[N, N], the oracle friendship: i and j are in one cluster, i != j.
+
+  Clusters are the given ``cluster_ids``, or else the clients with the same set of labels
+  (``label_counts > 0``): in the ``clustered`` partition a cluster's clients share one label
+  set and clusters share no label.
+  """
+  if cluster_ids is not None:
+    ids = jnp.asarray(cluster_ids, jnp.int32)
+    same = ids[:, None] == ids[None, :]
+  else:
+    support = jnp.asarray(info.label_counts) > 0
+    same = jnp.all(support[:, None, :] == support[None, :, :], axis=-1)
+  return same & ~jnp.eye(info.num_clients, dtype=bool)
+
+
 @register("fdms")
 def make_fdms(
   complexity_reduction: bool = False,
@@ -115,6 +135,8 @@ def make_fdms(
   delta_f: float = 0.0,
   theta_scale: float = 1.0,
   weighting: str = "uniform",
+  friend: str = "similarity",
+  cluster_ids: object | None = None,
 ) -> Aggregator:
   """FL-FDMS: a dropped client's update is replaced by its most similar active client's.
 
@@ -137,6 +159,13 @@ def make_fdms(
      at least once are eliminated (an unseen pair has no estimate; the paper's R_0 is
      undefined). ``pairs_saved`` counts the co-active pairs not computed.
 
+  ``friend="oracle"`` is a control, not the paper's method: the friendship is revealed (the
+  paper's "non-realizable" baseline of Sec. 5), and k's substitute is an active client of
+  its own cluster (``same_cluster``: the given ``cluster_ids``, or the clients with k's label
+  set), the most similar one by R among them (the lowest slot when none was compared). With
+  no active cluster-mate k falls back to the mean of the active updates as above. The
+  similarity statistics are still updated, so the state is the same as with discovery.
+
   The substitution is applied as extra weight on the friend's cohort slot, so no [N, ...]
   parameter memory is needed; the state is O(N^2) (three [N, N] arrays). The scores are
   one dense [M, M] Gram matrix (a matmul is cheaper than gathering the surviving pairs), so
@@ -154,6 +183,9 @@ def make_fdms(
     delta_f: the friend similarity gap delta_f in Theta_t, in [0, 1].
     theta_scale: multiplies Theta_t (> 0); the paper also runs 0.5.
     weighting: "uniform" (the paper) or "num_examples".
+    friend: "similarity" (the paper: discovered friends) or "oracle" (the true clusters).
+    cluster_ids: with ``friend="oracle"``, optional i32[N] cluster of every client
+      (non-negative integers); None takes the clusters from the clients' label sets.
 
   References:
     Wang & Xu, "Combating Client Dropout in Federated Learning via Friend Model
@@ -171,14 +203,38 @@ def make_fdms(
   check_range("delta_f", delta_f, 0.0, 1.0)
   check_range("theta_scale", theta_scale, 0.0, None, low_inclusive=False)
   _common.check_weighting(weighting)
+  if friend not in _FRIENDS:
+    raise ValueError(f"friend={friend!r} is not allowed; allowed: {list(_FRIENDS)}")
+  if friend == "oracle" and complexity_reduction:
+    raise ValueError(
+      "complexity_reduction=True is not allowed with friend='oracle' (nothing to discover); "
+      "allowed: complexity_reduction=False"
+    )
+  oracle_ids = None
+  if cluster_ids is not None:
+    if friend != "oracle":
+      raise ValueError(f"cluster_ids is only allowed with friend='oracle'; got friend={friend!r}")
+    oracle_ids = np.asarray(cluster_ids)
+    if oracle_ids.ndim != 1 or oracle_ids.dtype.kind not in "iu" or np.any(oracle_ids < 0):
+      raise ValueError(
+        f"cluster_ids must be a 1-D array of non-negative integers; got {cluster_ids!r}"
+      )
 
   def init(params: Params, info: ClientInfo) -> FDMSState:
     del params
     num_clients = info.num_clients
+    if oracle_ids is not None and oracle_ids.shape[0] != num_clients:
+      raise ValueError(
+        f"cluster_ids has {oracle_ids.shape[0]} entries but ClientInfo has {num_clients} clients"
+      )
+    # With the oracle, the candidate sets hold the true cluster-mates (and never shrink).
+    candidates = (
+      same_cluster(info, oracle_ids) if friend == "oracle" else ~jnp.eye(num_clients, dtype=bool)
+    )
     return FDMSState(
       similarity=jnp.zeros((num_clients, num_clients), jnp.float32),
       co_rounds=jnp.zeros((num_clients, num_clients), jnp.int32),
-      candidates=~jnp.eye(num_clients, dtype=bool),
+      candidates=candidates,
       friend=jnp.arange(num_clients, dtype=jnp.int32),
       pairs_computed=jnp.zeros((), jnp.float32),
       pairs_saved=jnp.zeros((), jnp.float32),
@@ -237,7 +293,10 @@ def make_fdms(
     num_computed = pair.sum() / 2
 
     # 2. Friend of every client among the active slots.
-    eligible = active_slot[None, :] & (co_rounds[:, cohort] > 0)  # [N, M]
+    if friend == "oracle":
+      eligible = active_slot[None, :] & state.candidates[:, cohort]  # [N, M]
+    else:
+      eligible = active_slot[None, :] & (co_rounds[:, cohort] > 0)  # [N, M]
     if complexity_reduction:
       eligible = eligible & state.candidates[:, cohort]
     slot_scores = jnp.where(eligible, similarity[:, cohort], -jnp.inf)
@@ -272,7 +331,7 @@ def make_fdms(
       )
       candidates = candidates & ~(known & (best - similarity >= theta))
 
-    friend = jnp.where(
+    friend_ids = jnp.where(
       active,
       jnp.arange(num_clients, dtype=jnp.int32),
       jnp.where(substituted, cohort[friend_slot], -1),
@@ -281,7 +340,7 @@ def make_fdms(
       similarity=similarity,
       co_rounds=co_rounds,
       candidates=candidates,
-      friend=friend,
+      friend=friend_ids,
       pairs_computed=state.pairs_computed + num_computed.astype(jnp.float32),
       pairs_saved=state.pairs_saved + (num_pairs - num_computed).astype(jnp.float32),
       rounds=state.rounds + 1,

@@ -35,7 +35,13 @@ from fedjax_sel.availability.cluster_dropout import ClusterState, make_cluster_d
 from fedjax_sel.availability.idl import make_idl
 from fedjax_sel.availability.ldf import ldf_rates, make_ldf
 from fedjax_sel.availability.ln import lognormal_rates, make_ln
-from fedjax_sel.availability.markov import MarkovState, make_markov, stationary_on
+from fedjax_sel.availability.markov import (
+  MarkovState,
+  dropout_transitions,
+  make_markov,
+  make_markov_dropout,
+  stationary_on,
+)
 from fedjax_sel.availability.mdf import make_mdf, mdf_rates
 from fedjax_sel.availability.registry import REGISTRY, register
 from fedjax_sel.availability.rollout import rollout, rollout_from_state, split_availability_key
@@ -56,6 +62,7 @@ __all__ = [
   "TraceState",
   "active_matrix",
   "bernoulli_draw",
+  "dropout_transitions",
   "ldf_rates",
   "lognormal_rates",
   "make",
@@ -66,6 +73,7 @@ __all__ = [
   "make_ldf",
   "make_ln",
   "make_markov",
+  "make_markov_dropout",
   "make_mdf",
   "make_sln",
   "make_trace",

@@ -13,6 +13,7 @@ from fedjax_sel.availability.base import (
   check_probability_array,
 )
 from fedjax_sel.availability.registry import register
+from fedjax_sel.core.registry import check_range, is_traced
 from fedjax_sel.core.types import Array, AvailabilityModel, ClientInfo, PRNGKey
 
 _INITIAL = ("stationary", "on", "off")
@@ -86,12 +87,84 @@ def make_markov(
       on = jnp.full((n,), initial == "on")
     return MarkovState(on=on, p_on_to_off=p10, p_off_to_on=p01)
 
-  def probs(state: MarkovState, t: Array) -> Array:
-    del t
-    return jnp.where(state.on, 1.0 - state.p_on_to_off, state.p_off_to_on)
+  return AvailabilityModel(init=init, probs=_probs, sample=_sample)
 
-  def sample(state: MarkovState, key: PRNGKey, t: Array) -> tuple[Array, MarkovState]:
-    on = bernoulli_draw(key, probs(state, t))
-    return on, state._replace(on=on)
 
-  return AvailabilityModel(init=init, probs=probs, sample=sample)
+def _probs(state: MarkovState, t: Array) -> Array:
+  """P(on this round | last round's state)."""
+  del t
+  return jnp.where(state.on, 1.0 - state.p_on_to_off, state.p_off_to_on)
+
+
+def _sample(state: MarkovState, key: PRNGKey, t: Array) -> tuple[Array, MarkovState]:
+  on = bernoulli_draw(key, _probs(state, t))
+  return on, state._replace(on=on)
+
+
+def dropout_transitions(dropout_rate, mean_absence):
+  """(p_on_to_off, p_off_to_on) of the chain with stationary off-probability ``dropout_rate``
+  and mean absence ``mean_absence`` rounds.
+
+  An absence is a run of off rounds; it ends each round w.p. q = p_off_to_on, so its length
+  is geometric with mean 1 / q: q = 1 / mean_absence. The stationary off-probability is
+  p / (p + q) with p = p_on_to_off; setting it to alpha gives p = alpha q / (1 - alpha) =
+  alpha / ((1 - alpha) mean_absence), and the mean presence 1 / p = mean_absence (1 - alpha)
+  / alpha. Works on floats and traced scalars.
+  """
+  to_on = 1.0 / mean_absence
+  return dropout_rate * to_on / (1.0 - dropout_rate), to_on
+
+
+@register("markov_dropout")
+def make_markov_dropout(
+  dropout_rate: float = 0.5, mean_absence: float = 10.0, initial: str = "stationary"
+) -> AvailabilityModel:
+  """``markov`` parametrised by its dropout ratio and mean absence: persistent dropout.
+
+  Every client is an independent on/off chain (``make_markov``) with stationary
+  off-probability ``dropout_rate`` (FL-FDMS's dropout ratio alpha, reached on average: the
+  number of dropped clients varies from round to round) and absences of geometric length
+  with mean ``mean_absence`` rounds (``dropout_transitions``). No client is protected, so
+  a whole cluster can be away at once (FL-FDMS's Assumption 5 is a device of its analysis,
+  "relaxed" in its App. B, and not a property of its experiments' dropout). Needs from
+  ClientInfo: only N.
+
+  Args:
+    dropout_rate: alpha in [0, 1).
+    mean_absence: mean length of an absence in rounds, >= 1 and >= alpha / (1 - alpha) (a
+      shorter one would need P(on -> off) > 1).
+    initial: "stationary" (the state before round 0 drawn from the stationary law), "on"
+      or "off".
+
+  References:
+    Wang & Xu, FL-FDMS, Sec. 3 (dropout ratio alpha) and Sec. 6 (Stale fails when "individual
+    clients have few participating opportunities"); two-state Markov chain: stationary law
+    p / (p + q), sojourn times geometric with means 1 / p (on) and 1 / q (off).
+  """
+  check_range("dropout_rate", dropout_rate, 0.0, 1.0, high_inclusive=False)
+  check_range("mean_absence", mean_absence, 1.0, None)
+  if initial not in _INITIAL:
+    raise ValueError(f"initial={initial!r} is not allowed; allowed: {list(_INITIAL)}")
+  if not (is_traced(dropout_rate) or is_traced(mean_absence)):
+    shortest = float(dropout_rate) / (1.0 - float(dropout_rate))
+    if float(mean_absence) < shortest:
+      raise ValueError(
+        f"mean_absence={mean_absence!r} is too short for dropout_rate={dropout_rate!r} "
+        f"(P(on -> off) would exceed 1); allowed: mean_absence >= {shortest:.4g}"
+      )
+    dropout_rate, mean_absence = float(dropout_rate), float(mean_absence)
+
+  def init(key: PRNGKey, info: ClientInfo) -> MarkovState:
+    n = info.num_clients
+    to_off, to_on = dropout_transitions(
+      jnp.asarray(dropout_rate, jnp.float32), jnp.asarray(mean_absence, jnp.float32)
+    )
+    p10 = jnp.full((n,), jnp.minimum(to_off, 1.0), jnp.float32)
+    p01 = jnp.full((n,), to_on, jnp.float32)
+    if initial == "stationary":
+      on = bernoulli_draw(key, stationary_on(p10, p01))
+    else:
+      on = jnp.full((n,), initial == "on")
+    return MarkovState(on=on, p_on_to_off=p10, p_off_to_on=p01)
+
+  return AvailabilityModel(init=init, probs=_probs, sample=_sample)

@@ -179,6 +179,8 @@ def test_fdms_defaults_and_ranges():
     "delta_f": 0.0,
     "theta_scale": 1.0,
     "weighting": "uniform",
+    "friend": "similarity",
+    "cluster_ids": None,
   }
   for bad in (
     {"theta_scale": 0.0},

@@ -71,7 +71,7 @@ def test_quick_binary_writes_tables_and_figures(tmp_path):
 def test_cell_configs_follow_the_paper():
   config = fl_fdms.prepare_config(fl_fdms_config.get_config())
   names = [name for name, _, _ in fl_fdms.cells(config)]
-  assert len(names) == 1 + 3 * 5 and names[0] == "full"  # Full has no dropout: run once
+  assert len(names) == 1 + 3 * 6 and names[0] == "full"  # Full has no dropout: run once
   full = fl_fdms.cell_config(config, "full", None)
   assert (full.availability, full.aggregator, full.selection) == ("always", "full", "full")
   assert full.clients_per_round == full.num_clients == 20
@@ -84,6 +84,39 @@ def test_cell_configs_follow_the_paper():
   assert hp.max_friends == 3  # 4 clients per cluster
   assert fl_fdms.cell_config(config, "fdms_cr", 0.3).aggregator_hparams.beta == pytest.approx(0.49)
   assert "complexity_reduction" not in fl_fdms.cell_config(config, "fdms", 0.7).aggregator_hparams
+  assert "friend" not in fl_fdms.cell_config(config, "fdms", 0.7).aggregator_hparams
+  oracle = fl_fdms.cell_config(config, "fdms_oracle", 0.7)
+  assert (oracle.aggregator, oracle.aggregator_hparams.friend) == ("fdms", "oracle")
+  assert oracle.availability == "cluster_dropout"  # the default process is the redrawn one
+
+
+def test_markov_process_cells():
+  config = fl_fdms_config.get_config()
+  config.process = "markov"
+  config.mean_absence = 20.0
+  config = fl_fdms.prepare_config(config)
+  for method in ("dropout", "stale", "fdms", "fdms_cr", "fdms_oracle"):
+    c = fl_fdms.cell_config(config, method, 0.7)
+    assert c.availability == "markov_dropout"
+    assert c.availability_hparams.to_dict() == {"dropout_rate": 0.7, "mean_absence": 20.0}
+  assert fl_fdms.cell_config(config, "full", None).availability == "always"
+  assert "absences of 20 rounds" in fl_fdms.process_text(config)
+
+
+@pytest.mark.parametrize(
+  "field,value,match",
+  [
+    ("process", "bursty", "process='bursty'"),
+    ("mean_absence", 2.0, r"mean_absence=2.0 is too short for dropout_rate=0.7"),
+    ("mean_absence", 0.5, "mean_absence=0.5"),
+  ],
+)
+def test_process_fields_are_validated(field, value, match):
+  config = fl_fdms_config.get_config()
+  config.process = "markov"
+  config[field] = value
+  with pytest.raises(ValueError, match=match):
+    fl_fdms.prepare_config(config)
 
 
 def test_prepare_config_quick_and_data_dir():
