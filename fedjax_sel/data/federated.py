@@ -142,14 +142,21 @@ def _take_stored(x, order: np.ndarray) -> np.ndarray:
   return out
 
 
-def decode(x: np.ndarray, x_divisor: float = 1.0) -> np.ndarray:
+def decode(
+  x: np.ndarray, x_divisor: float = 1.0, mean: float = 0.0, std: float = 1.0
+) -> np.ndarray:
   """Model inputs f32 from stored examples, on the host: ``x.astype(float32) / x_divisor``
-  (what the device's batch gather computes, bit for bit)."""
+  (what the device's batch gather computes, bit for bit), then with ``mean`` / ``std``
+  other than 0 / 1 standardized, ``(v - float32(mean)) / float32(std)`` in float32 (bitwise
+  a lookup in ``core.engine.decode_table(dtype, x_divisor, mean, std)``)."""
   x = np.asarray(x)
-  if x.dtype == np.float32 and x_divisor == 1.0:
+  if x.dtype == np.float32 and x_divisor == 1.0 and mean == 0.0 and std == 1.0:
     return x
   x = x.astype(np.float32)
-  return x if x_divisor == 1.0 else x / np.float32(x_divisor)
+  x = x if x_divisor == 1.0 else x / np.float32(x_divisor)
+  if mean != 0.0 or std != 1.0:
+    x = (x - np.float32(mean)) / np.float32(std)
+  return x
 
 
 def check_split(split: ClientSplit, name: str, num_classes: int) -> None:

@@ -37,7 +37,7 @@ import numpy as np
 
 from fedjax_sel.core.registry import is_integer
 from fedjax_sel.data.errors import DatasetNotFoundError
-from fedjax_sel.data.federated import FederatedData, split_from_indices, stored_x
+from fedjax_sel.data.federated import FederatedData, decode, split_from_indices, stored_x
 from fedjax_sel.data.partitions import PARTITIONS, make_partition
 
 DATASETS = ("synthetic", "digits", "mnist", "fashion_mnist", "cifar10", "emnist")
@@ -46,6 +46,11 @@ IDX_NAMES = ("mnist", "fashion_mnist")  # also read from their official IDX file
 REAL_DATASETS = ("digits", *TFDS_NAMES)  # the datasets with a central pool (``load_pool``)
 SYNTHETIC_HPARAMS = ("alpha", "beta", "iid", "recipe")
 DEFAULT_TEST_FRACTION = 0.2
+# Model inputs of the image datasets: "unit" = pixels / 255 in [0, 1]; "standardize" = then
+# (x - mean) / std, the FedGS code's transforms.Normalize((0.1307,), (0.3081,)) (MNIST's
+# statistics, which its Fashion-MNIST task uses too: benchmark/fashion_classification/core.py).
+NORMALIZATIONS = ("unit", "standardize")
+MNIST_MEAN_STD = (0.1307, 0.3081)
 
 
 def _check_int(name: str, value: Any, low: int) -> int:
@@ -113,13 +118,22 @@ def federate(
   if examples_per_client is not None:
     examples_per_client = _check_int("examples_per_client", examples_per_client, 1)
   rng = np.random.default_rng(seed)
+  if partition == "easyfl_quantity":  # easyFL's generator: its own seed and local split
+    if examples_per_client is not None:
+      raise ValueError(
+        f"examples_per_client={examples_per_client!r} is not available with partition "
+        "'easyfl_quantity' (its generator fixes the sizes); allowed: None"
+      )
+    hparams = {"seed": seed, "holdout": test_fraction, **hparams}
   part = make_partition(partition, y, num_clients, rng, **hparams)
   cap_test = None
   if examples_per_client is not None:
     f = test_fraction
     cap_test = int(round(examples_per_client * f / (1.0 - f))) if f > 0 else 0
   train_idx, test_idx = [], []
-  for idx in part.indices:
+  if part.local_test is not None:
+    train_idx, test_idx = list(part.indices), list(part.local_test)
+  for idx in part.indices if part.local_test is None else ():
     idx = rng.permutation(idx)
     n = len(idx)
     if cap_test is not None and n >= examples_per_client + cap_test:
@@ -244,6 +258,35 @@ def _describe(dataset: str, partition: str, hparams: dict[str, Any]) -> str:
   return f"{dataset}/{partition}" + (f"({args})" if args else "")
 
 
+def check_normalization(normalization: Any, mean: Any, std: Any) -> tuple[str, float, float]:
+  """Validates an input normalization (``NORMALIZATIONS``) and its mean / std."""
+  if not isinstance(normalization, str) or normalization not in NORMALIZATIONS:
+    raise ValueError(f"input_normalization={normalization!r}; allowed: {', '.join(NORMALIZATIONS)}")
+  values = []
+  for name, v in (("input_mean", mean), ("input_std", std)):
+    try:
+      f = float(v)
+    except (TypeError, ValueError):
+      raise ValueError(f"{name}={v!r} is not a number") from None
+    if not np.isfinite(f):
+      raise ValueError(f"{name}={v!r} is out of range; allowed: finite numbers")
+    values.append(f)
+  if values[1] <= 0.0:
+    raise ValueError(f"input_std={std!r} is out of range; allowed: numbers > 0")
+  return normalization, values[0], values[1]
+
+
+def normalize_inputs(x: np.ndarray, mean: float, std: float) -> np.ndarray:
+  """Float32 images in [0, 1] standardized on the host, ``(x - mean) / std`` in float32:
+  bitwise what ``core.engine.decode_table(uint8, 255, mean, std)`` gives their pixels."""
+  if x.dtype == np.uint8:
+    raise ValueError(
+      "input_normalization='standardize' needs float32 images (image_dtype='float32'); "
+      "allowed for uint8 storage: 'unit'"
+    )
+  return decode(x, 1.0, mean, std)
+
+
 def load(
   dataset: str,
   num_clients: int,
@@ -254,6 +297,9 @@ def load(
   examples_per_client: int | None = None,
   test_fraction: float | None = None,
   image_dtype: str = "float32",
+  input_normalization: str = "unit",
+  input_mean: float = MNIST_MEAN_STD[0],
+  input_std: float = MNIST_MEAN_STD[1],
   **hparams: Any,
 ) -> FederatedData:
   """Loads a federated dataset by name.
@@ -274,6 +320,12 @@ def load(
     image_dtype: images as ``"float32"`` in [0, 1] or as their stored ``"uint8"`` pixels
       (``x_divisor = 255``: a quarter of the memory, decoded in the batch gather on device,
       bit for bit the float32 inputs). Ignored by ``synthetic`` and ``digits``.
+    input_normalization: ``"unit"`` (default: inputs as loaded, images in [0, 1]) or
+      ``"standardize"``: every input (train, local test, global test) becomes
+      ``(x - input_mean) / input_std`` in float32, on the host (needs float32 images; not
+      for ``synthetic``).
+    input_mean, input_std: the standardization's statistics (default MNIST's 0.1307 /
+      0.3081, as the FedGS code's Fashion-MNIST task).
     **hparams: ``synthetic``: alpha, beta, iid, recipe (``fedprox`` or ``fedgs``); otherwise
       the partition's hyper-parameters (e.g. ``alpha`` for dirichlet, ``labels_per_client``
       for shards).
@@ -288,6 +340,9 @@ def load(
   """
   if not isinstance(dataset, str) or dataset not in DATASETS:
     raise ValueError(f"unknown dataset {dataset!r}; allowed: {', '.join(DATASETS)}")
+  input_normalization, input_mean, input_std = check_normalization(
+    input_normalization, input_mean, input_std
+  )
   num_clients = _check_int("num_clients", num_clients, 1)
   seed = _check_int("seed", seed, 0)
   if examples_per_client is not None:
@@ -295,6 +350,11 @@ def load(
   if test_fraction is not None:
     test_fraction = _check_fraction(test_fraction)
   if dataset == "synthetic":
+    if input_normalization != "unit":
+      raise ValueError(
+        f"input_normalization={input_normalization!r} is not available for synthetic; "
+        "allowed: 'unit'"
+      )
     if partition not in (None, "natural"):
       raise ValueError(
         f"partition={partition!r} is not available for synthetic; allowed: None, 'natural' "
@@ -321,6 +381,10 @@ def load(
     )
   image_dtype = _check_image_dtype(image_dtype)
   x, y, tx, ty, num_classes = load_pool(dataset, data_dir, image_dtype=image_dtype)
+  name = _describe(dataset, partition, hparams)
+  if input_normalization == "standardize":
+    x, tx = normalize_inputs(x, input_mean, input_std), normalize_inputs(tx, input_mean, input_std)
+    name += f", standardized ({input_mean:g}, {input_std:g})"
   if num_clients > len(y):
     raise ValueError(
       f"num_clients={num_clients} is out of range for {dataset} ({len(y)} pool examples); "
@@ -337,7 +401,7 @@ def load(
     seed=seed,
     examples_per_client=examples_per_client,
     test_fraction=DEFAULT_TEST_FRACTION if test_fraction is None else test_fraction,
-    name=_describe(dataset, partition, hparams),
+    name=name,
     x_divisor=PIXEL_DIVISOR if x.dtype == np.uint8 else 1.0,
     **hparams,
   )

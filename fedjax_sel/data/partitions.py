@@ -27,7 +27,15 @@ import numpy as np
 
 from fedjax_sel.core.registry import check_range, is_integer
 
-PARTITIONS = ("iid", "dirichlet", "shards", "lognormal", "size_groups", "clustered")
+PARTITIONS = (
+  "iid",
+  "dirichlet",
+  "shards",
+  "lognormal",
+  "size_groups",
+  "clustered",
+  "easyfl_quantity",
+)
 
 # Fraboni et al. 2021, Sec. 6: 10, 30, 30, 20, 10 clients with 100, 250, 500, 750, 1000
 # training samples (100 clients).
@@ -48,6 +56,8 @@ PARTITION_HPARAMS = {
   "lognormal": ("sigma", "min_size"),
   "size_groups": ("groups",),
   "clustered": ("num_groups",),
+  # easyFL's dist_id=1 generator (FedGS's Fashion-MNIST task): ``data/easyfl.py``
+  "easyfl_quantity": ("labels_per_client", "rule", "seed", "holdout"),
 }
 
 
@@ -57,10 +67,14 @@ class Partition(NamedTuple):
   Attributes:
     indices: N arrays of int64, client k's indices into the pool.
     groups: i32[N], the group (cluster) of each client for ``clustered``; None otherwise.
+    local_test: N arrays of int64, client k's local test (validation) indices when the
+      partition makes its own local split (``easyfl_quantity``; then ``indices`` are the
+      training parts); None otherwise.
   """
 
   indices: list[np.ndarray]
   groups: np.ndarray | None = None
+  local_test: list[np.ndarray] | None = None
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -466,8 +480,10 @@ def make_partition(
   Hyper-parameters (defaults in brackets): iid: sizes [all, equal]; dirichlet: alpha
   [0.5], sizes; shards: labels_per_client [2], client_order ["random"]; lognormal: sigma
   [1.0], min_size [1]; size_groups: groups [CLUSTERED_SAMPLING_GROUPS]; clustered:
-  num_groups [5]. ``sizes`` may be N integers or a name in ``SIZE_SCHEMES`` (then
-  ``sigma``, ``min_size``, ``groups`` configure it).
+  num_groups [5]; easyfl_quantity: labels_per_client [2], rule ["least_used"], seed [0],
+  holdout [0.2] (``easyfl.label_quantity``; it returns ``local_test`` too). ``sizes`` may be
+  N integers or a name in ``SIZE_SCHEMES`` (then ``sigma``, ``min_size``, ``groups``
+  configure it).
   """
   if not isinstance(name, str) or name not in PARTITIONS:
     raise ValueError(f"unknown partition {name!r}; known partitions: {', '.join(PARTITIONS)}")
@@ -496,6 +512,14 @@ def make_partition(
   if name == "size_groups":
     sizes = resolve_sizes("size_groups", n, num_clients, rng, **size_kw)
     return Partition(iid(labels, num_clients, rng, sizes))
+  if name == "easyfl_quantity":  # its own seeded streams and local split
+    from fedjax_sel.data import easyfl
+
+    hp = dict(hparams)
+    if hp.get("seed") is None:  # no task seed given: one drawn from rng
+      hp["seed"] = int(rng.integers(0, 2**31 - 1 - easyfl.NUMPY_SEED_OFFSET))
+    train, valid = easyfl.label_quantity(labels, num_clients, **hp)
+    return Partition(train, local_test=valid)
   indices, groups = clustered(labels, num_clients, hparams.get("num_groups", 5), rng)
   return Partition(indices, groups)
 

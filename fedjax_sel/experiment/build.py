@@ -29,7 +29,14 @@ def load_data(c: ml_collections.ConfigDict) -> data.FederatedData:
       kwargs["labels_per_client"] = c.labels_per_client
     elif partition == "clustered":
       kwargs["num_groups"] = c.num_groups
+    elif partition == "easyfl_quantity":
+      kwargs["labels_per_client"] = c.labels_per_client
+      kwargs["rule"] = c.get("label_rule", "least_used")
     kwargs["test_fraction"] = c.test_fraction
+    if c.get("input_normalization", "unit") != "unit":
+      kwargs["input_normalization"] = c.input_normalization
+      kwargs["input_mean"] = c.input_mean
+      kwargs["input_std"] = c.input_std
   return data.load(
     c.dataset,
     c.num_clients,

@@ -17,6 +17,8 @@ from fedjax_sel import aggregation, availability, client, data, models, selectio
 from fedjax_sel.core import engine as engine_lib
 from fedjax_sel.core import optimizers
 from fedjax_sel.core.registry import check_range, is_integer
+from fedjax_sel.data import easyfl as data_easyfl
+from fedjax_sel.data import loaders as data_loaders
 from fedjax_sel.metrics import results, tensorboard
 
 PARTS = {
@@ -73,6 +75,14 @@ def default_config() -> ml_collections.ConfigDict:
   c.labels_per_client = 2  # shards partition
   c.num_groups = 5  # clustered partition
   c.test_fraction = 0.2
+  # easyfl_quantity partition (FedGS's Fashion-MNIST task): how labels are drawn,
+  # "least_used" (the easyFL FedGS ran) or "index_mod" (earlier easyFL: label i % C + random)
+  c.label_rule = "least_used"
+  # model inputs of image datasets: "unit" ([0, 1]) or "standardize" ((x - mean) / std;
+  # the FedGS code's Normalize((0.1307,), (0.3081,)), MNIST's statistics)
+  c.input_normalization = "unit"
+  c.input_mean = 0.1307
+  c.input_std = 0.3081
   c.data_dir = ""
   c.parallelism = "auto"
   c.chunk_size = 0
@@ -160,6 +170,15 @@ def validate_config(c: ml_collections.ConfigDict) -> None:
     if not np.isfinite(float(c[name])):
       raise ValueError(f"{name}={c[name]!r} is out of range; allowed: finite numbers")
   _name("synthetic_recipe", c.synthetic_recipe, list(data.synthetic_lib.RECIPES))
+  _name("label_rule", c.get("label_rule", "least_used"), list(data_easyfl.RULES))
+  data_loaders.check_normalization(
+    c.get("input_normalization", "unit"), c.get("input_mean", 0.1307), c.get("input_std", 0.3081)
+  )
+  if c.dataset == "synthetic" and c.get("input_normalization", "unit") != "unit":
+    raise ValueError(
+      f"input_normalization={c.input_normalization!r} is not available for synthetic; "
+      "allowed: 'unit'"
+    )
   if c.dataset == "synthetic" and c.synthetic_recipe == "fedgs":
     if c.synthetic_alpha != c.synthetic_beta or c.examples_per_client:
       raise ValueError(

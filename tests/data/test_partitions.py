@@ -30,6 +30,7 @@ CASES = {
   "lognormal": (20, {"sigma": 1.5}),
   "size_groups": (5, {"groups": ((2, 100), (3, 400))}),
   "clustered": (20, {"num_groups": 5}),
+  "easyfl_quantity": (20, {"labels_per_client": 2}),  # task seed drawn from the rng
 }
 
 

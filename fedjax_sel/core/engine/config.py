@@ -59,17 +59,25 @@ class TrainArrays(NamedTuple):
   table: jax.Array
 
 
-def decode_table(dtype: Any, divisor: float = 1.0) -> np.ndarray:
+def decode_table(
+  dtype: Any, divisor: float = 1.0, mean: float = 0.0, std: float = 1.0
+) -> np.ndarray:
   """The f32 table that maps stored unsigned 8/16-bit values to model inputs.
 
   ``np.arange(2**bits, dtype=float32) / float32(divisor)``: a lookup in it is bitwise the
   host's ``x.astype(float32) / float32(divisor)`` (XLA:CPU's division by a constant is not:
-  it multiplies by the reciprocal, off by one ulp on about half of the 256 values). Empty
-  (f32[0]) for float data and for other integer types.
+  it multiplies by the reciprocal, off by one ulp on about half of the 256 values). With
+  ``mean`` / ``std`` other than 0 / 1, each entry is then standardized in float32,
+  ``(v - float32(mean)) / float32(std)``: bitwise ``data.federated.decode(x, divisor, mean,
+  std)`` on the host (the released FedGS code's ``Normalize((0.1307,), (0.3081,))``).
+  Empty (f32[0]) for float data and for other integer types.
   """
   dtype = np.dtype(dtype)
   if dtype.kind == "u" and dtype.itemsize <= 2:
-    return np.arange(1 << (8 * dtype.itemsize), dtype=np.float32) / np.float32(divisor)
+    table = np.arange(1 << (8 * dtype.itemsize), dtype=np.float32) / np.float32(divisor)
+    if mean != 0.0 or std != 1.0:
+      table = (table - np.float32(mean)) / np.float32(std)
+    return table
   return np.zeros((0,), np.float32)
 
 
