@@ -29,7 +29,7 @@ HELP = {
   "dataset": "dataset name: synthetic (built-in, offline), digits, mnist, fashion_mnist, "
   "cifar10, emnist",
   "partition": "how examples are split over clients: natural (Synthetic), iid, dirichlet, "
-  "shards, lognormal, size_groups, clustered ('' = natural/iid)",
+  "shards, lognormal, size_groups, clustered, easyfl_quantity ('' = natural/iid)",
   "model": "model name: logreg, mlp, cnn_mnist, cnn_cifar",
   "mlp_hidden": "width of the hidden layer of --model=mlp (one layer; >= 1)",
   "num_clients": "N, number of clients",
@@ -73,6 +73,13 @@ HELP = {
   "labels_per_client": "labels per client of the shards partition",
   "num_groups": "groups of the clustered partition",
   "test_fraction": "share of each client's examples kept as its local test set",
+  "label_rule": "labels of --partition=easyfl_quantity (easyFL's generator, FedGS's "
+  "Fashion-MNIST task): least_used (each label among the least held so far; equal sizes) or "
+  "index_mod (client i holds label i % C plus random ones; sizes vary)",
+  "input_normalization": "model inputs of image datasets: unit (pixels / 255, in [0, 1]) or "
+  "standardize ((x - input_mean) / input_std on every split, as the FedGS code)",
+  "input_mean": "mean of --input_normalization=standardize (MNIST's 0.1307, the FedGS code's)",
+  "input_std": "std of --input_normalization=standardize (> 0; MNIST's 0.3081)",
   "data_dir": "folder of MNIST/Fashion-MNIST IDX files or a TFDS data_dir (no download; "
   "'' = search $FEDJAX_SEL_DATA, /usr/share/datasets, Keras/torchvision caches)",
   "parallelism": "how the cohort trains: auto, vmap, map, chunked, lanes",
@@ -84,6 +91,9 @@ HELP = {
   "tensorboard": "also write TensorBoard event files into --output_dir (every evaluated metric "
   "per round; with --seeds, one run per seed<k>/): tensorboard --logdir runs/ (needs "
   'pip install -e ".[tensorboard]")',
+  "global_train_loss": "also evaluate the global model on every client's training split at "
+  "each evaluation: global_train_loss / global_train_accuracy in metrics.jsonl (over all "
+  "training examples, each counted once; the training loss the papers plot)",
 }
 
 _DEFAULTS = experiment.default_config()

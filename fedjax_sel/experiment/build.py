@@ -90,6 +90,7 @@ def build(c: ml_collections.ConfigDict, dataset: data.FederatedData | None = Non
     server_optimizer=c.server_optimizer,
     server_lr=c.server_lr,
     sketch_dim=c.sketch_dim,
+    global_train_loss=bool(c.get("global_train_loss", False)),
     engine=engine_lib.EngineConfig(
       batch_size=c.batch_size,
       local_epochs=c.local_epochs,

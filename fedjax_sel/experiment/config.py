@@ -91,6 +91,9 @@ def default_config() -> ml_collections.ConfigDict:
   c.output_dir = ""
   c.resume = False
   c.tensorboard = False  # also write TensorBoard event files (the [tensorboard] extra)
+  # also evaluate the global model on every client's training split (metrics
+  # global_train_loss / global_train_accuracy, example-weighted, as the papers plot)
+  c.global_train_loss = False
   return c
 
 
@@ -206,6 +209,8 @@ def validate_config(c: ml_collections.ConfigDict) -> None:
       f"data_dir={c.data_dir!r} is not a folder; give a folder holding the four IDX files "
       "(MNIST, Fashion-MNIST) or a TFDS data_dir with the prepared dataset (see README, 'Data')"
     )
+  if not isinstance(c.get("global_train_loss", False), bool):
+    raise ValueError(f"global_train_loss={c.global_train_loss!r}; allowed: True or False")
   if not isinstance(c.get("tensorboard", False), bool):
     raise ValueError(f"tensorboard={c.tensorboard!r}; allowed: True or False")
   if c.get("tensorboard", False):
@@ -229,6 +234,7 @@ RESUMABLE_CHANGES = (
   "output_dir",
   "resume",
   "tensorboard",
+  "global_train_loss",  # adds two metrics to each evaluation; the rounds are the same
 )
 
 

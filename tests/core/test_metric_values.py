@@ -122,11 +122,19 @@ def test_simulation_evaluate_by_hand():
 # ---------------------------------------------------------------- the result files
 
 
-def test_metrics_jsonl_and_summary_values(tmp_path):
+@pytest.mark.parametrize("global_train_loss", [False, True])
+def test_metrics_jsonl_and_summary_values(tmp_path, global_train_loss):
   """Three rounds evaluated after rounds 2 and 3, against the numpy reference run and hand
-  counts of the schedule in test_reference_round."""
+  counts of the schedule in test_reference_round; with ``global_train_loss`` every line
+  also holds the reference model's mean loss / accuracy over all 40 training examples."""
+  from fedjax_sel.core import simulation
+
   batch, epochs = 5, 1
   sim = rr.make_sim(batch=batch, epochs=epochs, parallelism="vmap")
+  if global_train_loss:
+    parts = (sim.availability, sim.selection, sim.aggregator, sim.client_update)
+    config = sim.config._replace(global_train_loss=True)
+    sim = simulation.Simulation(sim.data, sim.model, *parts, config)
   c = experiment.default_config()
   c.rounds, c.eval_every, c.seed = 3, 2, 3
   out = tmp_path / "run"
@@ -196,6 +204,9 @@ def test_metrics_jsonl_and_summary_values(tmp_path):
       "nonfinite_updates": 0,
       "empty_rounds": 0,
     }
+    if global_train_loss:
+      loss, correct = _numpy_stats(p, data.train.x, data.train.y)
+      want.update(global_train_loss=loss.mean(), global_train_accuracy=correct.mean())
     assert set(rec) == set(want) | {"round", "seconds"}
     for k, v in want.items():
       assert rec[k] == pytest.approx(v, rel=1e-5, abs=1e-6), (t, k)
@@ -406,3 +417,114 @@ def test_evaluate_with_clients_without_local_test_data():
   again = sim.evaluate.with_data(sim.put_data(data), state)
   for k in want:
     assert float(again[k]) == pytest.approx(got[k]), k
+
+
+# ---------------------------------------------------------------- the global training loss
+
+
+def _train_loss_sim(data, **config):
+  """test_reference_round's components on ``data``, the global training loss on."""
+  from fedjax_sel import aggregation, client, models
+  from fedjax_sel.core import engine, simulation
+
+  cfg = simulation.SimulationConfig(
+    client_lr=0.3, engine=engine.EngineConfig(batch_size=4), global_train_loss=True, **config
+  )
+  return simulation.Simulation(
+    data,
+    models.make("logreg", data.input_shape, rr.CLASSES),
+    rr.table_availability(),
+    rr.table_selection(rr.weights_table(True)),
+    aggregation.make("fedavg"),
+    client.make("sgd"),
+    cfg,
+  )
+
+
+def _uint8_data():
+  """rr.make_data's layout (clients of 7, 3, 12, 5, 9, 4 training examples) with uint8
+  inputs decoded as x / 255."""
+  from fedjax_sel.data.federated import ClientSplit, FederatedData
+
+  base = rr.make_data()
+  rng = np.random.default_rng(5)
+  tr, te = base.train, base.test
+  x = rng.integers(0, 256, size=tr.x.shape).astype(np.uint8)
+  tx = rng.integers(0, 256, size=te.x.shape).astype(np.uint8)
+  return FederatedData(
+    train=ClientSplit(x=x, y=tr.y, offsets=tr.offsets, counts=tr.counts),
+    test=ClientSplit(x=tx, y=te.y, offsets=te.offsets, counts=te.counts),
+    test_x=tx,
+    test_y=te.y,
+    num_classes=rr.CLASSES,
+    x_divisor=255.0,
+  )
+
+
+def _numpy_stats(params, x, y):
+  """Per-example (loss, correct) of logistic regression in float64."""
+  logits = ref.predict(ref.to_numpy(params), np.asarray(x, np.float64))
+  z = logits - logits.max(1, keepdims=True)
+  logp = z - np.log(np.exp(z).sum(1, keepdims=True))
+  return -logp[np.arange(len(y)), y], (logits.argmax(1) == y).astype(np.float64)
+
+
+@pytest.mark.parametrize("stored", ["float32", "uint8"])
+@pytest.mark.parametrize("chunk", [7, 0])
+def test_global_train_loss_is_the_example_weighted_training_loss(stored, chunk):
+  """The global model over the union of the 40 training examples of six clients of sizes
+  7, 3, 12, 5, 9, 4, each example once (chunks of 7 overlap in the last one; 0: automatic,
+  one chunk): numpy's mean loss and accuracy, which differ from the mean of the per-client
+  means (client weighting)."""
+  data = rr.make_data() if stored == "float32" else _uint8_data()
+  sim = _train_loss_sim(data, eval_chunk=chunk)
+  rng = np.random.default_rng(1)
+  params = {
+    "Dense_0": {
+      "kernel": jnp.asarray(rng.normal(size=(rr.DIM, rr.CLASSES)) * 3, jnp.float32),
+      "bias": jnp.asarray(rng.normal(size=rr.CLASSES), jnp.float32),
+    }
+  }
+  state = sim.init(seed=0).replace(params=params)
+  got = {k: float(v) for k, v in sim.evaluate(state).items()}
+  x = data.train.x / (255.0 if stored == "uint8" else 1.0)
+  loss, correct = _numpy_stats(params, x, data.train.y)
+  assert got["global_train_loss"] == pytest.approx(loss.mean(), rel=1e-5)
+  assert got["global_train_accuracy"] == pytest.approx(correct.mean(), abs=1e-7)
+  per_client = [loss[o : o + n].mean() for o, n in zip(data.train.offsets, data.train.counts)]
+  assert abs(np.mean(per_client) - loss.mean()) > 1e-2  # the two weightings differ here
+  # and the test-set values are untouched by the flag
+  tl, ta = _numpy_stats(params, data.test_x / (255.0 if stored == "uint8" else 1.0), data.test_y)
+  assert got["test_loss"] == pytest.approx(tl.mean(), rel=1e-5)
+  assert got["test_accuracy"] == pytest.approx(ta.mean(), abs=1e-7)
+
+
+def test_global_train_loss_by_hand():
+  """Logits [0, 1, 0] everywhere: an example of class y has loss log(2 + e) - [y == 1]."""
+  sim = _train_loss_sim(rr.make_data(), eval_chunk=5)
+  state = sim.init(seed=0).replace(params=constant_class_params([0.0, 1.0, 0.0]))
+  got = sim.evaluate(state)
+  y = sim.data.train.y
+  assert float(got["global_train_loss"]) == pytest.approx(
+    np.mean(math.log(2 + math.e) - (y == 1)), rel=1e-6
+  )
+  assert float(got["global_train_accuracy"]) == pytest.approx(np.mean(y == 1))
+
+
+def test_global_train_loss_is_off_by_default_and_checked():
+  from fedjax_sel.core import simulation
+
+  sim = rr.make_sim(parallelism="vmap")
+  assert sim.config.global_train_loss is False
+  got = sim.evaluate(sim.init(seed=0))
+  assert "global_train_loss" not in got and "global_train_accuracy" not in got
+  with pytest.raises(ValueError, match="global_train_loss='yes'; allowed: True or False"):
+    simulation.Simulation(
+      sim.data,
+      sim.model,
+      sim.availability,
+      sim.selection,
+      sim.aggregator,
+      sim.client_update,
+      sim.config._replace(global_train_loss="yes"),
+    )

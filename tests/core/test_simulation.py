@@ -166,6 +166,57 @@ def test_one_device_equals_several_devices(par, n):
     np.testing.assert_allclose(a, b, atol=1e-5)
 
 
+TRAIN_LOSS_SCRIPT = textwrap.dedent("""
+    import json, sys
+    import jax, numpy as np
+    sys.path.insert(0, {tests!r})
+    from core.test_simulation import make_sim
+    from fedjax_sel.core import simulation
+    from fedjax_sel.data.synthetic import synthetic
+    data = synthetic(0.5, 0.5, num_clients=12, seed=3)
+    sim = make_sim(data, m=4, par="lanes")
+    parts = (sim.availability, sim.selection, sim.aggregator, sim.client_update)
+    config = sim.config._replace(global_train_loss=True, eval_chunk=64)
+    sim = simulation.Simulation(data, sim.model, *parts, config)
+    state, _ = sim.run_rounds(sim.init(0), 3)
+    ev = simulation.to_host(sim.evaluate(state))
+    params = jax.tree_util.tree_map(lambda a: np.asarray(a).tolist(), state.params)
+    print(json.dumps({{"n": jax.device_count(), "mesh": sim._mesh is not None, "ev": ev,
+                      "params": params}}))
+""")
+
+
+def test_global_train_loss_on_several_devices():
+  """With 2 devices the training split's chunks are dealt over the client mesh: the same
+  value as on one device, and numpy's mean loss over every training example."""
+  from fedjax_sel.data.synthetic import synthetic
+
+  runs = {}
+  for n in (1, 2):
+    env = dict(
+      os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={n}", JAX_PLATFORMS="cpu"
+    )
+    script = TRAIN_LOSS_SCRIPT.format(tests=os.path.dirname(os.path.dirname(__file__)))
+    run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-2000:]
+    runs[n] = json.loads(run.stdout.strip().splitlines()[-1])
+  assert (runs[1]["n"], runs[2]["n"], runs[2]["mesh"]) == (1, 2, True)
+  data = synthetic(0.5, 0.5, num_clients=12, seed=3)
+  dense = runs[2]["params"]["Dense_0"]
+  logits = data.train.x.astype(np.float64) @ np.asarray(dense["kernel"]) + dense["bias"]
+  logp = logits - logits.max(1, keepdims=True)
+  logp -= np.log(np.exp(logp).sum(1, keepdims=True))
+  y = data.train.y
+  assert data.train.x.shape[0] > 64  # several chunks, the last one overlapping
+  for n in (1, 2):
+    ev = runs[n]["ev"]
+    assert ev["global_train_loss"] == pytest.approx(-logp[np.arange(len(y)), y].mean(), rel=1e-5)
+    assert ev["global_train_accuracy"] == pytest.approx(np.mean(logits.argmax(1) == y), abs=1e-6)
+  assert runs[1]["ev"]["global_train_loss"] == pytest.approx(
+    runs[2]["ev"]["global_train_loss"], rel=1e-5
+  )
+
+
 def test_availability_matches_rollout_and_ignores_selection(small_synthetic):
   """Every method sees the same active clients: the rollout of the availability seed."""
   from fedjax_sel.availability.rollout import rollout

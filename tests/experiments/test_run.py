@@ -80,6 +80,37 @@ def test_run_writes_results(tmp_path):
   assert checkpoint.latest_round(str(out)) == 6
 
 
+def test_global_train_loss_flag(tmp_path):
+  """--global_train_loss puts the global model's mean loss / accuracy over every client's
+  training examples on each metrics line (checked with numpy on the final model); the
+  config field and the flag are one; it may change on --resume (the rounds are the same)."""
+  out = tmp_path / "run"
+  args = ["--rounds=4", "--eval_every=2", "--num_clients=8", "--clients_per_round=3"]
+  args += ["--local_steps=2", "--progress=false", f"--output_dir={out}"]
+  assert run_lib.config_from_argv(["run.py", *args]).global_train_loss is False
+  c = run_lib.config_from_argv(["run.py", *args, "--global_train_loss"])
+  assert c.global_train_loss is True
+  experiment.run(c, write_plots=False)
+  records = results.read_jsonl(str(out / "metrics.jsonl"))
+  assert [r["round"] for r in records] == [2, 4]
+  state, _ = checkpoint.restore(str(out), experiment.build(c)[0].init(0))
+  dense = {k: np.asarray(v, np.float64) for k, v in state.params["Dense_0"].items()}
+  ds = data.load("synthetic", 8, seed=0, alpha=0.5, beta=0.5)
+  logits = ds.train.x.astype(np.float64) @ dense["kernel"] + dense["bias"]
+  logp = logits - logits.max(1, keepdims=True)
+  logp -= np.log(np.exp(logp).sum(1, keepdims=True))
+  y = ds.train.y
+  last = records[-1]
+  assert last["global_train_loss"] == pytest.approx(-logp[np.arange(len(y)), y].mean(), rel=1e-5)
+  assert last["global_train_accuracy"] == pytest.approx(np.mean(logits.argmax(1) == y), abs=1e-6)
+  assert "global_train_loss" in records[0]
+  # resumed without the flag: the later lines lack the keys, the run continues
+  c2 = run_lib.config_from_argv(["run.py", *args, "--rounds=6", "--resume"])
+  experiment.run(c2, write_plots=False)
+  records = results.read_jsonl(str(out / "metrics.jsonl"))
+  assert [("global_train_loss" in r) for r in records] == [True, True, False]
+
+
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
   """Config files and availability traces, good and bad."""
@@ -107,6 +138,11 @@ def files(tmp_path_factory):
     "good.py",
     "import ml_collections\ndef get_config():\n  c = ml_collections.ConfigDict()\n"
     "  c.rounds = 7\n  c.num_clients = 9\n  return c\n",
+  )
+  write(
+    "gtl_str.py",
+    "import ml_collections\ndef get_config():\n  c = ml_collections.ConfigDict()\n"
+    "  c.global_train_loss = 'yes'\n  return c\n",
   )
   write("trace.txt", "1,0\n")
   paths["twos.npy"] = str(d / "twos.npy")
@@ -187,6 +223,8 @@ BAD_INPUTS = [
   (["--availability=trace", "--availability_trace={twos.npy}"], ["[2, 2, 2, 2, 2]", "0 or 1"]),
   (["--availability=trace", "--availability_trace={flat.npy}"], ["shape (30,)", "[T, N]"]),
   (["--synthetic_recipe=leaf"], ["unknown synthetic_recipe 'leaf'", "fedprox, fedgs"]),
+  (["--global_train_loss=maybe"], ["flag --global_train_loss=maybe"]),
+  (["--config={gtl_str.py}"], ["--config:", "global_train_loss", "yes"]),
   (
     ["--synthetic_recipe=fedgs", "--synthetic_beta=1.0"],
     ["synthetic_beta=1.0", "synthetic_alpha == synthetic_beta"],

@@ -61,7 +61,9 @@ def test_run_seeds_files_and_equal_single_runs(tmp_path, dataset):
   assert (tmp_path / "b" / "curves.png").exists()
   on_disk = json.load(open(tmp_path / "b" / "summary.json"))
   assert on_disk["seeds"] == seeds and on_disk["complete"]
-  finals = [json.load(open(tmp_path / f"single{s}" / "summary.json"))["final_test_loss"] for s in seeds]
+  finals = [
+    json.load(open(tmp_path / f"single{s}" / "summary.json"))["final_test_loss"] for s in seeds
+  ]
   assert combined["final_test_loss"]["mean"] == pytest.approx(np.mean(finals), abs=1e-5)
   assert combined["final_test_loss"]["std"] == pytest.approx(np.std(finals), abs=1e-5)
   assert combined["final_test_loss"]["std"] > 0  # the seeds are different runs
@@ -127,9 +129,34 @@ def test_untraceable_sweep_falls_back_to_one_program_per_value(tmp_path, dataset
   cfgs = [config(seed=s, client_lr=lr) for s, lr in ((0, 0.1), (1, 0.05), (2, 0.1))]
   dirs = [str(tmp_path / f"b{i}") for i in range(3)]
   summaries = experiment.run_batch(cfgs, dirs, dataset=dataset, write_plots=False)
-  assert [s["experiments_in_program"] for s in summaries] == [2, 1, 2]  # lr 0.1 together, 0.05 alone
+  # lr 0.1 together, 0.05 alone
+  assert [s["experiments_in_program"] for s in summaries] == [2, 1, 2]
   experiment.run(cfgs[1], str(tmp_path / "s1"), dataset=dataset, write_plots=False)
   assert_same_run(dirs[1], str(tmp_path / "s1"))
+
+
+def test_global_train_loss_in_a_batch_equals_single_runs(tmp_path, dataset):
+  """run_batch writes global_train_loss / global_train_accuracy on every line, equal to each
+  experiment's own run (one program of two seeds and a swept client lr); without the flag
+  the key is absent, and the flag splits the configs into separate programs."""
+  cfgs = [config(seed=s, client_lr=lr, global_train_loss=True) for s, lr in ((0, 0.1), (1, 0.05))]
+  assert len(experiment.batch_groups(cfgs + [config(seed=2)])) == 2
+  dirs = [str(tmp_path / f"b{i}") for i in range(2)]
+  summaries = experiment.run_batch(cfgs, dirs, dataset=dataset, write_plots=False)
+  assert [s["experiments_in_program"] for s in summaries] == [2, 2]
+  for i, c in enumerate(cfgs):
+    single = str(tmp_path / f"s{i}")
+    experiment.run(c, single, dataset=dataset, write_plots=False)
+    a = results.read_jsonl(os.path.join(dirs[i], "metrics.jsonl"))
+    b = results.read_jsonl(os.path.join(single, "metrics.jsonl"))
+    assert [r["round"] for r in a] == [2, 4, 6]
+    for x, y in zip(a, b):
+      for key in ("global_train_loss", "global_train_accuracy"):
+        assert x[key] == pytest.approx(y[key], abs=1e-5), key
+  assert a[0]["global_train_loss"] != a[-1]["global_train_loss"]  # the model moved
+  experiment.run(config(seed=0), str(tmp_path / "off"), dataset=dataset, write_plots=False)
+  off = results.read_jsonl(os.path.join(tmp_path / "off", "metrics.jsonl"))
+  assert "global_train_loss" not in off[0]
 
 
 def test_batch_groups_split_what_cannot_share_a_program():
@@ -169,11 +196,22 @@ def test_binary_seeds(tmp_path):
   out = tmp_path / "cli"
   p = subprocess.run(
     [
-      sys.executable, "-m", "experiments.run", "--progress=false", "--seeds=0,1",
-      "--rounds=4", "--eval_every=2", "--num_clients=8", "--clients_per_round=3",
-      "--local_steps=2", f"--output_dir={out}",
+      sys.executable,
+      "-m",
+      "experiments.run",
+      "--progress=false",
+      "--seeds=0,1",
+      "--rounds=4",
+      "--eval_every=2",
+      "--num_clients=8",
+      "--clients_per_round=3",
+      "--local_steps=2",
+      f"--output_dir={out}",
     ],
-    cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS="cpu"), capture_output=True, text=True,
+    cwd=ROOT,
+    env=dict(os.environ, JAX_PLATFORMS="cpu"),
+    capture_output=True,
+    text=True,
     timeout=300,
   )
   assert p.returncode == 0, p.stderr[-2000:]
