@@ -233,6 +233,67 @@ def saved_share(pairs_saved: float, pairs_computed: float) -> float:
   return float(pairs_saved) / total if total > 0 else 0.0
 
 
+# The paper's Sec. 6 comparisons: (row label, method a, method b), a minus b.
+COMPARISONS = (
+  ("FL-FDMS − Dropout", "fdms", "dropout"),
+  ("FL-FDMS − Stale", "fdms", "stale"),
+  ("Full − FL-FDMS", "full", "fdms"),
+  ("oracle friend − FL-FDMS", "fdms_oracle", "fdms"),
+  ("oracle friend − Stale", "fdms_oracle", "stale"),
+)
+
+
+def claim_tables(
+  final: dict, speed: dict, methods: list[str], alphas: list[float]
+) -> tuple[tuple[list, list], tuple[list, list]]:
+  """The differences the paper's claims are about, in points of accuracy (seed means).
+
+  Args:
+    final: {(method, alpha): mean final test accuracy (%)}; Full's entry under every alpha.
+    speed: {(method, alpha): mean test accuracy over the evaluations (%)}, likewise.
+    methods: the methods run.
+    alphas: the dropout ratios, in order.
+
+  Returns:
+    ``differences`` (header, rows): one row per pair of COMPARISONS whose methods both ran,
+    a minus b in final and in mean accuracy per alpha; ``sensitivity`` (header, rows): per
+    method (but Full), the loss from the first to the last alpha, final and mean accuracy.
+  """
+  diff_header = (
+    ["comparison"]
+    + [f"α={a:g}: final acc (pp)" for a in alphas]
+    + [f"α={a:g}: mean acc over rounds (pp)" for a in alphas]
+  )
+  diff_rows = []
+  for label, x, y in COMPARISONS:
+    if x in methods and y in methods:
+      diff_rows.append(
+        [label]
+        + [f"{final[x, a] - final[y, a]:+.2f}" for a in alphas]
+        + [f"{speed[x, a] - speed[y, a]:+.2f}" for a in alphas]
+      )
+  lo, hi = alphas[0], alphas[-1]
+  sens_header = [
+    "method",
+    f"final acc α={lo:g} → α={hi:g} (%)",
+    "loss (pp)",
+    f"mean acc α={lo:g} → α={hi:g} (%)",
+    "loss (pp)",
+  ]
+  sens_rows = [
+    [
+      METHODS[m],
+      f"{final[m, lo]:.2f} → {final[m, hi]:.2f}",
+      f"{final[m, lo] - final[m, hi]:.2f}",
+      f"{speed[m, lo]:.2f} → {speed[m, hi]:.2f}",
+      f"{speed[m, lo] - speed[m, hi]:.2f}",
+    ]
+    for m in methods
+    if m != "full"
+  ]
+  return (diff_header, diff_rows), (sens_header, sens_rows)
+
+
 def run_study(
   config: ml_collections.ConfigDict,
   output_dir: str,
@@ -243,8 +304,9 @@ def run_study(
   """Runs every cell for every seed, writes tables and figures; returns them.
 
   Returns:
-    dict with ``accuracy`` and ``complexity`` (each ``(header, rows)``), ``markdown`` (both
-    tables), ``figures`` (PNG paths) and ``runs`` (cell name -> [(summary, history)]).
+    dict with ``accuracy``, ``convergence``, ``complexity``, ``differences`` and
+    ``sensitivity`` (each ``(header, rows)``), ``markdown`` (the tables), ``figures`` (PNG
+    paths) and ``runs`` (cell name -> [(summary, history)]).
   """
   os.makedirs(output_dir, exist_ok=True)
   load = dataset_cache()
@@ -341,6 +403,30 @@ def run_study(
     f"FL-FDMS Fig. 5(a): similarity computations saved by complexity reduction ({setup})",
   )
 
+  # The claims' differences (seed means), and each method's loss from the first to last alpha.
+  final, speed = {}, {}
+  for m in config.methods:
+    for a in alphas:
+      hists = [h for _, h in runs[name_of(m, a)]]
+      final[m, a] = float(np.mean([100 * r[0]["final_test_accuracy"] for r in runs[name_of(m, a)]]))
+      speed[m, a] = float(np.mean([100 * np.mean(curve_of(h)) for h in hists]))
+  (df_header, df_rows), (sn_header, sn_rows) = claim_tables(
+    final, speed, list(config.methods), alphas
+  )
+  md += "\n" + results.write_table(
+    os.path.join(output_dir, "differences"),
+    df_header,
+    df_rows,
+    f"FL-FDMS Sec. 6 claims: differences of seed means in points of accuracy ({setup})",
+  )
+  md += "\n" + results.write_table(
+    os.path.join(output_dir, "sensitivity"),
+    sn_header,
+    sn_rows,
+    f"FL-FDMS Sec. 6 (Stale the most sensitive to α): seed means at the lowest and highest α "
+    f"({setup})",
+  )
+
   figures = []
   for a in alphas:
     curves = {}
@@ -370,6 +456,8 @@ def run_study(
     "accuracy": (acc_header, acc_rows),
     "complexity": (cx_header, cx_rows),
     "convergence": (cv_header, cv_rows),
+    "differences": (df_header, df_rows),
+    "sensitivity": (sn_header, sn_rows),
     "markdown": md,
     "figures": figures,
     "runs": runs,

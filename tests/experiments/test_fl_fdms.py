@@ -142,6 +142,32 @@ def test_fluctuation_by_hand():
   assert fl_fdms.fluctuation(history[:1]) == 0.0
 
 
+def test_claim_tables_by_hand():
+  alphas = [0.3, 0.7]
+  final = {("full", 0.3): 81.0, ("full", 0.7): 81.0, ("stale", 0.3): 80.0, ("stale", 0.7): 70.5}
+  final |= {("fdms", 0.3): 80.5, ("fdms", 0.7): 78.0}
+  speed = {k: v - 2.0 for k, v in final.items()}
+  speed["stale", 0.7] = 60.0
+  (dh, drows), (sh, srows) = fl_fdms.claim_tables(final, speed, ["full", "stale", "fdms"], alphas)
+  assert dh == [
+    "comparison",
+    "α=0.3: final acc (pp)",
+    "α=0.7: final acc (pp)",
+    "α=0.3: mean acc over rounds (pp)",
+    "α=0.7: mean acc over rounds (pp)",
+  ]
+  # Only the comparisons whose methods both ran: no Dropout, no oracle.
+  assert drows == [
+    ["FL-FDMS − Stale", "+0.50", "+7.50", "+0.50", "+16.00"],
+    ["Full − FL-FDMS", "+0.50", "+3.00", "+0.50", "+3.00"],
+  ]
+  assert sh[1] == "final acc α=0.3 → α=0.7 (%)"
+  assert srows == [
+    ["Stale", "80.00 → 70.50", "9.50", "78.00 → 60.00", "18.00"],
+    ["FL-FDMS", "80.50 → 78.00", "2.50", "78.50 → 76.00", "2.50"],
+  ]
+
+
 def test_saved_share():
   assert fl_fdms.saved_share(30.0, 90.0) == 0.25
   assert fl_fdms.saved_share(0.0, 0.0) == 0.0
