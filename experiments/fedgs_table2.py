@@ -13,10 +13,15 @@ columns run only when ``--data_dir`` holds those TFDS datasets (or when named in
 of the 3DG built from cosine / functional similarity against the oracle 3DG. Table 4:
 FedGS on the oracle vs the constructed 3DGs. Every cell/seed runs under
 ``output_dir/cells/<cell>/seed<k>/`` (finished ones are read back with ``--resume``).
+The Fashion-MNIST column runs the authors' released protocol by default;
+``--config.fmnist_protocol=ours`` the one of the committed ``results/fedgs_fmnist/
+rounds*/`` ablation (``experiments/configs/fedgs_table2.py``). A cell folder that holds
+runs of the other protocol is refused (use another ``--output_dir``).
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Sequence
 
@@ -28,6 +33,7 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from experiments import common
+from experiments.configs import fedgs_table2 as config_lib
 from fedjax_sel import data as data_lib
 from fedjax_sel import experiment, similarity
 from fedjax_sel.metrics import results
@@ -332,6 +338,64 @@ def cell_config(
   return c
 
 
+def apply_fmnist_protocol(cfg: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """``cfg`` with its ``fmnist_protocol`` applied: itself for ``"reference_code"`` (the
+  config's own settings), a copy with ``config_lib.FMNIST_OURS`` on the Fashion-MNIST base
+  and Table 1's YC for ``"ours"``."""
+  name = cfg.get("fmnist_protocol", "reference_code")
+  if not isinstance(name, str) or name not in config_lib.FMNIST_PROTOCOLS:
+    raise ValueError(f"fmnist_protocol={name!r}; allowed: {', '.join(config_lib.FMNIST_PROTOCOLS)}")
+  if name == "reference_code":
+    return cfg
+  out = ml_collections.ConfigDict(cfg.to_dict())
+  for field, value in config_lib.FMNIST_OURS.items():
+    out.datasets.fashion_mnist.base[field] = value
+  out.modes.yc.availability_hparams = ml_collections.ConfigDict(config_lib.FMNIST_OURS_YC)
+  return out
+
+
+# What tells the two Fashion-MNIST protocols apart in a cell's config.json.
+PROTOCOL_FIELDS = (
+  "partition",
+  "label_rule",
+  "input_normalization",
+  "input_mean",
+  "input_std",
+  "eval_every",
+  "availability_hparams",
+)
+
+
+class ProtocolMismatchError(ValueError):
+  """A cell folder holds runs of another protocol (one-line message)."""
+
+
+def check_cell_protocol(config: ml_collections.ConfigDict, folder: str) -> None:
+  """Refuses a cell folder whose runs (``seed*/config.json``) used another protocol: their
+  finished results would be read back as this protocol's (``--resume`` checks rounds only).
+  """
+  if not os.path.isdir(folder):
+    return
+  defaults = experiment.default_config()
+  now = config.to_dict()
+  for seed_dir in sorted(os.listdir(folder)):
+    path = os.path.join(folder, seed_dir, "config.json")
+    if not os.path.exists(path):
+      continue
+    with open(path) as f:
+      saved = json.load(f).get("config", {})
+    diff = [
+      f"{k}: {saved.get(k, defaults.get(k))!r} -> {now.get(k)!r}"
+      for k in PROTOCOL_FIELDS
+      if saved.get(k, defaults.get(k)) != now.get(k, defaults.get(k))
+    ]
+    if diff:
+      raise ProtocolMismatchError(
+        f"{os.path.join(folder, seed_dir)} ran under another protocol ({'; '.join(diff)}); "
+        "allowed: a new --output_dir (or the matching --config.fmnist_protocol)"
+      )
+
+
 def run_cells(
   column: Column,
   cells: dict[str, ml_collections.ConfigDict],
@@ -341,6 +405,8 @@ def run_cells(
 ) -> dict[str, list[tuple[dict, list[dict]]]]:
   """Every cell for every seed; seeds and cells that differ only in numbers (FedGS's alpha)
   run as one batched program each (``common.run_cells``)."""
+  for name, c in cells.items():
+    check_cell_protocol(c, os.path.join(output_dir, "cells", name))
   out = common.run_cells(
     {name: (c, os.path.join(output_dir, "cells", name)) for name, c in cells.items()},
     seeds,
@@ -671,6 +737,7 @@ def run_all(
   parts: Sequence[str] = PARTS,
 ) -> dict[str, str]:
   """Runs the requested parts and writes their tables/figures; returns {part: markdown}."""
+  cfg = apply_fmnist_protocol(cfg)
   if not datasets:
     datasets = ["synthetic"] + (list(REAL_DATASETS) if data_dir else [])
   columns = [Column(d, cfg.datasets[d], quick, data_dir, rounds) for d in datasets]
@@ -710,6 +777,7 @@ def main(argv):
     modes = split_names(f.modes, list(cfg.modes.keys()), "modes")
     parts = split_names(f.parts, PARTS, "parts")
     seeds = common.parse_seeds(f.seeds)
+    apply_fmnist_protocol(cfg)  # validates --config.fmnist_protocol
   except ValueError as e:
     raise app.UsageError(str(e)) from None
   if f.quick and not f["seeds"].present:
@@ -728,8 +796,9 @@ def main(argv):
       modes=modes,
       parts=parts,
     )
-  except data_lib.DatasetNotFoundError as e:
-    # One line, no traceback: the message names the dataset and how to get it.
+  except (data_lib.DatasetNotFoundError, ProtocolMismatchError) as e:
+    # One line, no traceback: the message names the dataset and how to get it, or the
+    # folder that holds another protocol's runs.
     raise SystemExit(f"error: {e}") from None
   for part, text in tables.items():
     print(text if part != "fig4" else f"Fig. 4: {text}")

@@ -1,6 +1,7 @@
 """experiments/fedgs_table2.py: the --quick path, the TFDS column on mock data, the config."""
 
 import csv
+import json
 import math
 import os
 
@@ -42,7 +43,10 @@ def test_config_holds_the_papers_settings():
   for k in order[4:]:
     hp = cfg.methods[k].selection_hparams
     assert (hp.scale, hp.kernel, hp.sigma2, hp.epsilon) == (
-      "reference_code", "reference_code", 0.1, 0.01
+      "reference_code",
+      "reference_code",
+      0.1,
+      0.01,
     )
   assert all("scale" not in cfg.methods[k].selection_hparams for k in extra)
   sln = cfg.modes.sln.availability_hparams
@@ -161,7 +165,78 @@ def test_tfds_column_runs_on_mock_data(tmp_path):
   conf = json.load(
     open(os.path.join(out, "cells", "fashion_mnist-ymf-uniform", "seed0", "config.json"))
   )
-  assert conf["config"]["model"] == "cnn_mnist" and conf["config"]["partition"] == "shards"
+  c = conf["config"]
+  assert c["model"] == "cnn_mnist" and c["partition"] == "easyfl_quantity"
+  assert (c["input_normalization"], c["input_mean"], c["input_std"]) == (
+    "standardize",
+    0.1307,
+    0.3081,
+  )
+
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ABLATION_CELLS = os.path.join(REPO, "results", "fedgs_fmnist", "cells")
+# fields a cell's config.json holds that depend on the seed, the machine or the staging
+PER_RUN = {"seed", "availability_seed", "output_dir", "data_dir", "rounds", "checkpoint_every"}
+
+
+def test_fashion_mnist_column_defaults_to_the_released_protocol():
+  """Issue 37: the authors' task (utils/fashion.yml: fashion_classification_cnum100_dist1_
+  skew0.79_seed0), their Normalize((0.1307,), (0.3081,)), their simulator's YC, and an
+  evaluation every round (eval_interval 1)."""
+  cfg = config_lib.get_config()
+  assert cfg.fmnist_protocol == "reference_code"
+  base = cfg.datasets.fashion_mnist.base
+  assert (base.partition, base.label_rule, base.labels_per_client) == (
+    "easyfl_quantity",
+    "least_used",
+    2,
+  )
+  assert (base.data_seed, base.test_fraction, base.num_clients) == (0, 0.2, 100)
+  assert (base.input_normalization, base.input_mean, base.input_std) == (
+    "standardize",
+    0.1307,
+    0.3081,
+  )
+  assert base.eval_every == 1
+  assert dict(cfg.modes.yc.availability_hparams) == {"beta": 0.9, "schedule": "reference_code"}
+  assert fedgs_table2.apply_fmnist_protocol(cfg) is cfg
+  with pytest.raises(ValueError, match="fmnist_protocol='paper'; allowed: reference_code, ours"):
+    cfg.fmnist_protocol = "paper"
+    fedgs_table2.apply_fmnist_protocol(cfg)
+
+
+def test_ours_protocol_is_the_committed_ablation():
+  """--config.fmnist_protocol=ours rebuilds, field for field, the configs of the committed
+  results/fedgs_fmnist/cells/ (seed 0, 500 rounds): --resume reads them back."""
+  cells = sorted(os.listdir(ABLATION_CELLS))
+  assert len(cells) == 12
+  cfg = config_lib.get_config()
+  cfg.fmnist_protocol = "ours"
+  ours = fedgs_table2.apply_fmnist_protocol(cfg)
+  assert config_lib.get_config().datasets.fashion_mnist.base.partition == "easyfl_quantity"
+  col = fedgs_table2.Column("fashion_mnist", ours.datasets.fashion_mnist, False, "", 0)
+  defaults = config_lib.default_config().to_dict()
+  for name in cells:
+    _, mode, method = name.split("-")
+    with open(os.path.join(ABLATION_CELLS, name, "seed0", "config.json")) as f:
+      saved = json.load(f)["config"]
+    now = fedgs_table2.cell_config(col, ours.methods[method], ours.modes[mode]).to_dict()
+    for key in (set(saved) | set(now)) - PER_RUN:
+      assert saved.get(key, defaults.get(key)) == now.get(key), (name, key)
+    fedgs_table2.check_cell_protocol(
+      fedgs_table2.cell_config(col, ours.methods[method], ours.modes[mode]),
+      os.path.join(ABLATION_CELLS, name),
+    )
+  # the released protocol refuses those folders instead of reading them back
+  ref = fedgs_table2.Column(
+    "fashion_mnist", config_lib.get_config().datasets.fashion_mnist, False, "", 0
+  )
+  with pytest.raises(fedgs_table2.ProtocolMismatchError, match="partition: 'shards' -> 'easyfl"):
+    fedgs_table2.check_cell_protocol(
+      fedgs_table2.cell_config(ref, cfg.methods.uniform, config_lib.get_config().modes.yc),
+      os.path.join(ABLATION_CELLS, "fashion_mnist-yc-uniform"),
+    )
 
 
 def test_bad_names_are_one_clear_error():
