@@ -1,4 +1,5 @@
-"""Clustered sampling (Fraboni et al., ICML 2021): Algorithm 1 (sizes) and 2 (similarity).
+"""Clustered sampling (Fraboni et al., ICML 2021): Algorithm 1 (sizes) and 2 (similarity),
+and the paper's oracle reference "target" sampling (one client of each class per round).
 
 Clustered sampling draws the M cohort slots from M independent distributions
 ``W_1..W_M`` over clients, ``r[k, i] = P(slot k holds client i)``, built so that every
@@ -22,6 +23,8 @@ uses. All M slots are valid whenever one client is available.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -69,8 +72,22 @@ def sample_size_distributions(num_examples: Array, num_selected: int) -> Array:
     Fraboni et al. 2021, Algorithm 1 and Theorem 3.
   """
   n = jnp.asarray(num_examples).astype(jnp.int32)
+  return interval_distributions(n, jnp.argsort(-n, stable=True), num_selected)
+
+
+def interval_distributions(num_examples: Array, order: Array, num_selected: int) -> Array:
+  """The interval construction with the clients laid on the line in ``order``, f32[M, N].
+
+  Args:
+    num_examples: i32[N], ``n_i`` (0 for clients that must not be sampled).
+    order: i32[N], a permutation of the client ids (the first one's mass is laid first).
+    num_selected: M (static).
+
+  Returns:
+    f32[M, N] with rows summing to 1 and ``sum_k r[k, i] = M n_i / sum_j n_j``.
+  """
+  n = jnp.asarray(num_examples).astype(jnp.int32)
   total = jnp.sum(n)
-  order = jnp.argsort(-n, stable=True)
   mass = num_selected * n[order]
   seg_end = jnp.cumsum(mass)
   seg_start = seg_end - mass
@@ -109,8 +126,8 @@ def representative_distances(gradients: Array, measure: str = "arccos") -> Array
   elif measure == "L2":
     sq = jnp.sum(g * g, axis=1)
     dist = jnp.sqrt(jnp.maximum(sq[:, None] + sq[None, :] - 2.0 * g @ g.T, 0.0))
-  else:
-    dist = jnp.sum(jnp.abs(g[:, None, :] - g[None, :, :]), axis=-1)
+  else:  # row by row: [N, d] at a time, not [N, N, d] (d = P for exact updates)
+    dist = jax.lax.map(lambda row: jnp.sum(jnp.abs(row[None, :] - g), axis=-1), g)
   return jnp.where(jnp.eye(g.shape[0], dtype=bool), 0.0, dist)
 
 
@@ -349,4 +366,53 @@ def make_clustered_similarity(num_selected: int, measure: str = "arccos") -> Sel
     num_selected=num_selected,
     uses_updates=True,
     with_replacement=True,
+  )
+
+
+class TargetState(NamedTuple):
+  """``order``: i32[N], the client ids sorted by stratum (majority class), then id."""
+
+  order: Array
+
+
+@register("target")
+def make_target(num_selected: int) -> SelectionStrategy:
+  """Fraboni et al.'s "target" sampling: one client of each class per round (an oracle).
+
+  The ideal of the paper's one-class MNIST set-up (Sec. 6: "sample a client from each
+  cluster", the 10 clusters being the 10 clients of each digit); a server cannot run it,
+  since it needs the clients' labels. Each client's stratum is its majority class in
+  ``ClientInfo.label_counts`` (ties to the lower class); the interval construction of
+  Algorithm 1 lays the available clients' masses ``M n_i`` by stratum, then id, so when
+  the M classes hold equal data mass each of the M distributions covers exactly one class
+  and draws its clients in proportion to ``n_i``. Otherwise (unequal masses, unavailable
+  clients, M different from the number of classes) a distribution may straddle adjacent
+  classes; the scheme stays unbiased (Eq. 7-8). Weights 1/M, with replacement.
+
+  Args:
+    num_selected: M, the number of cohort slots.
+
+  References:
+    Fraboni et al. 2021, Section 6 and Figure 1 ("target" sampling).
+  """
+  num_selected = common.check_num_selected(num_selected)
+
+  def init(key: PRNGKey, info: ClientInfo) -> TargetState:
+    del key
+    counts = jnp.asarray(info.label_counts)
+    strata = jnp.argmax(counts, axis=1).astype(jnp.int32)
+    ids = jnp.arange(counts.shape[0], dtype=jnp.int32)
+    return TargetState(jnp.lexsort((ids, strata)).astype(jnp.int32))
+
+  def select(
+    state: TargetState, key: PRNGKey, avail: Array, t: Array, ctx: SelectionContext
+  ) -> tuple[Selection, TargetState]:
+    del t
+    sizes = jnp.where(avail, ctx.num_examples, 0)
+    r = interval_distributions(sizes, state.order, num_selected)
+    cohort, valid = sample_from_distributions(key, r)
+    return common.make_selection(cohort, valid, common.equal_weights(valid)), state
+
+  return SelectionStrategy(
+    init=init, select=select, num_selected=num_selected, with_replacement=True
   )

@@ -33,6 +33,7 @@ from fedjax_sel.similarity.measures import (
 )
 from fedjax_sel.similarity.measures import noise_inputs as noise_inputs
 from fedjax_sel.similarity.sketch import flatten_stacked as flatten_stacked
+from fedjax_sel.similarity.sketch import is_exact as is_exact
 from fedjax_sel.similarity.sketch import jl_cosine_error_bound as jl_cosine_error_bound
 from fedjax_sel.similarity.sketch import make_projection as make_projection
 from fedjax_sel.similarity.sketch import num_params as num_params

@@ -5,6 +5,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from fedjax_sel import similarity as sim
 
@@ -41,8 +42,16 @@ def test_sketch_cosine_error_within_rigorous_jl_bound():
 
 
 def test_projection_is_identity_when_dim_covers_params():
-  proj = sim.make_projection(jax.random.PRNGKey(0), 5, 8)
-  np.testing.assert_array_equal(np.asarray(proj), np.eye(5))
+  """dim >= P: the exact updates, through an empty f32[0, P] marker (no P x P matrix)."""
+  for dim in (5, 8):
+    proj = sim.make_projection(jax.random.PRNGKey(0), 5, dim)
+    assert proj.shape == (0, 5) and sim.is_exact(proj)
+    x = jax.random.normal(jax.random.PRNGKey(1), (3, 5))
+    np.testing.assert_array_equal(np.asarray(sim.sketch(x, proj)), np.asarray(x))
+  assert not sim.is_exact(sim.make_projection(jax.random.PRNGKey(0), 5, 4))
+  assert not sim.is_exact(jnp.zeros((5, 0)))  # the no-sketch projection of other strategies
+  with pytest.raises(ValueError, match="exact sketch of 4 parameters with a marker for 5"):
+    sim.sketch(jnp.ones((2, 4)), proj)
 
 
 def test_flatten_stacked_orders_leaves():
