@@ -13,6 +13,12 @@ and ``table_one_class`` (final / best test loss and accuracy, mean +- std over s
 ``table_weight_variance`` (per-client aggregation-weight variance of each scheme, measured
 by running the selection alone for many rounds, and the paper's Eq. 14 / 16), loss and
 accuracy curves and the variance figure as PNG.
+
+The one-class set-up runs under each client order of ``one_class.client_orders`` (the
+``shards`` partition's ``client_order``: ``random`` ids, or ``by_label`` ids as in the
+authors' data) with the "target" reference row and Algorithm 2 on sketched and exact
+updates; ``table_one_class_classes`` counts the distinct classes of each round's cohort
+when the selection runs alone (Fig. 1's representativity panel).
 """
 
 from __future__ import annotations
@@ -37,6 +43,11 @@ from fedjax_sel.metrics import results
 CONFIG_FILE = os.path.join(os.path.dirname(__file__), "configs", "clustered_sampling.py")
 PARTS = ("dirichlet", "one_class", "weights")
 QUICK_GROUPS = ((2, 100), (6, 250), (6, 500), (4, 750), (2, 1000))
+# sketch_dim of updates="exact": any value >= the parameter count P keeps the exact updates
+# (the simulation uses d = min(sketch_dim, P); make_projection's identity marker).
+EXACT_SKETCH_DIM = 2**31 - 1
+UPDATES = ("sketch", "exact")
+ORDER_NAMES = {"random": "random ids", "by_label": "ids by label"}
 
 
 def define_flags():
@@ -50,6 +61,11 @@ def define_flags():
   )
   flags.DEFINE_string("alphas", "", "subset of the Dirichlet alphas ('' = the paper's)")
   flags.DEFINE_string("methods", "", "subset of the methods ('' = all)")
+  flags.DEFINE_string(
+    "client_orders",
+    "",
+    f"one-class client orders, any of {partitions.CLIENT_ORDERS} ('' = the config's)",
+  )
   return config_flags.DEFINE_config_file(
     "config", CONFIG_FILE, "the paper's settings (ml_collections config file)"
   )
@@ -104,8 +120,21 @@ def dirichlet_data(dataset, alpha, groups, test_fraction, seed=0, data_dir=""):
   )
 
 
-def one_class_data(dataset, num_clients, examples_per_client, test_fraction, seed=0, data_dir=""):
-  """One class per client, 10 clients per class, equal sizes (Sec. 6, MNIST)."""
+def one_class_data(
+  dataset,
+  num_clients,
+  examples_per_client,
+  test_fraction,
+  seed=0,
+  data_dir="",
+  client_order="random",
+):
+  """One class per client, 10 clients per class, equal sizes (Sec. 6, MNIST).
+
+  ``client_order``: the ``shards`` partition's ``"random"`` ids or ``"by_label"`` ids
+  (clients 10d..10d+9 hold class d, as in the authors' data): the same clients renumbered
+  (each holds the same pool examples; its local train/test split is drawn in id order).
+  """
   x, y, tx, ty, c = pool(dataset, data_dir)
   per_client = round(examples_per_client / (1.0 - test_fraction))
   x, y = resample(x, y, int(1.1 * num_clients * per_client), seed)
@@ -120,18 +149,29 @@ def one_class_data(dataset, num_clients, examples_per_client, test_fraction, see
     seed=seed,
     test_fraction=test_fraction,
     examples_per_client=examples_per_client,
-    name=f"{dataset}/one class per client",
+    name=f"{dataset}/one class per client, {ORDER_NAMES.get(client_order, client_order)}",
     labels_per_client=1,
+    client_order=client_order,
   )
 
 
 # ------------------------------------------------------------------------------ runs
 
 
+def check_methods(cfg, keys) -> None:
+  """Refuses a method whose ``updates`` is not one of ``UPDATES`` (one-line message)."""
+  for k in keys:
+    u = cfg.methods[k].get("updates", "sketch")
+    if u not in UPDATES:
+      raise ValueError(f"methods.{k}.updates={u!r}; allowed: {', '.join(UPDATES)}")
+
+
 def cell_config(base, method, **overrides) -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict(base.to_dict())
   c.selection = method.selection
   c.selection_hparams = ml_collections.ConfigDict(method.selection_hparams.to_dict())
+  if method.get("updates", "sketch") == "exact":
+    c.sketch_dim = EXACT_SKETCH_DIM
   for k, v in overrides.items():
     c[k] = v
   return c
@@ -157,7 +197,16 @@ def run_setup(name, ds, base, cfg, method_keys, output_dir, seeds, resume, **ove
   return out
 
 
-def summary_rows(label, runs, cfg, method_keys):
+def global_train_tail(history, rounds=50):
+  """Mean global training loss over the evaluations of the last ``rounds`` rounds (the
+  paper's Fig. 2 plots a 50-round rolling mean); None when the run did not record it."""
+  if not history or "global_train_loss" not in history[-1]:
+    return None
+  last = history[-1]["round"]
+  return float(np.mean([r["global_train_loss"] for r in history if r["round"] > last - rounds]))
+
+
+def summary_rows(label, runs, cfg, method_keys, global_train=False):
   rows = []
   for mk in method_keys:
     res = runs[mk]
@@ -169,6 +218,9 @@ def summary_rows(label, runs, cfg, method_keys):
       row.append(common.fmt(m, s, digits=2))
     tail = [np.mean([r["train_loss"] for r in h[-max(1, len(h) // 5) :]]) for _, h in res]
     row.append(common.fmt(*common.mean_std(tail)))
+    if global_train:
+      g = [global_train_tail(h) for _, h in res]
+      row.append(common.fmt(*common.mean_std(g)) if all(v is not None for v in g) else "n/a")
     rows.append(row)
   return rows
 
@@ -182,32 +234,39 @@ HEADER = [
   "best test acc (%)",
   "train loss (last 20 % of evals)",
 ]
+HEADER_ONE_CLASS = HEADER + ["global train loss (last 50 rounds)"]
 
 
 def plot_setup(runs, cfg, method_keys, path, title):
   """Global test loss and test accuracy vs round, one line per method (seed mean).
 
-  The paper plots the global training loss (Eq. 1); the engine's ``train_loss`` is the
-  cohort's mean loss during local training, which in one-class-per-client set-ups is
-  near zero whatever the global model does, so the global test loss stands in for it.
+  The paper plots the global training loss (Eq. 1): when the runs recorded it
+  (``global_train_loss``, every client's training split) it is the first panel; the
+  engine's ``train_loss`` is the cohort's mean loss during local training, near zero in
+  one-class-per-client set-ups whatever the global model does, so it is not plotted.
   """
   import matplotlib
 
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
 
-  fig, (a, b) = plt.subplots(1, 2, figsize=(11, 3.8))
+  with_global = all("global_train_loss" in h[-1] for mk in method_keys for _, h in runs[mk])
+  panels = (["global_train_loss"] if with_global else []) + ["test_loss", "test_accuracy"]
+  ylabels = {
+    "global_train_loss": "global training loss (cross-entropy, nats)",
+    "test_loss": "global test loss (cross-entropy, nats)",
+    "test_accuracy": "test accuracy (%)",
+  }
+  fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 3.8))
   for mk in method_keys:
     hs = [h for _, h in runs[mk]]
-    r, loss = common.mean_curve(hs, "test_loss")
-    _, acc = common.mean_curve(hs, "test_accuracy")
-    a.plot(r, loss, label=cfg.methods[mk].label)
-    b.plot(r, 100 * np.asarray(acc), label=cfg.methods[mk].label)
-  a.set_xlabel("server iteration (round)")
-  a.set_ylabel("global test loss (cross-entropy, nats)")
-  b.set_xlabel("server iteration (round)")
-  b.set_ylabel("test accuracy (%)")
-  for ax in (a, b):
+    for ax, key in zip(axes, panels):
+      r, v = common.mean_curve(hs, key)
+      scale = 100 if key == "test_accuracy" else 1
+      ax.plot(r, scale * np.asarray(v), label=cfg.methods[mk].label)
+  for ax, key in zip(axes, panels):
+    ax.set_xlabel("server iteration (round)")
+    ax.set_ylabel(ylabels[key])
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
   fig.suptitle(title)
@@ -240,16 +299,21 @@ def representative_updates(base, ds, seed=0):
   return jnp.concatenate(chunks)[:n]
 
 
-def selection_weight_samples(strategy, num_examples, updates, num_rounds: int, seed: int = 0):
+def selection_weight_samples(
+  strategy, num_examples, updates, num_rounds: int, seed: int = 0, label_counts=None
+):
   """Runs a selection strategy alone for ``num_rounds`` rounds (one ``lax.scan``).
 
   Every client is available; ``ctx.update_sketch`` holds ``updates`` (fixed representative
-  gradients). Returns f32[num_rounds, N], each client's aggregation weight
+  gradients); ``label_counts`` (i32[N, C], default zeros) goes to the strategy's ``init``.
+  Returns f32[num_rounds, N], each client's aggregation weight
   omega_i(S) = sum of the weights of the slots holding client i (Fraboni et al., Sec. 3.2).
   """
   n = num_examples.shape[0]
   num_examples = jnp.asarray(num_examples, jnp.int32)
-  label_counts = jnp.zeros((n, 1), jnp.int32)
+  if label_counts is None:
+    label_counts = jnp.zeros((n, 1), jnp.int32)
+  label_counts = jnp.asarray(label_counts, jnp.int32)
   state0 = strategy.init(jax.random.PRNGKey(seed), ClientInfo(num_examples, label_counts))
   avail = jnp.ones((n,), bool)
 
@@ -274,6 +338,66 @@ def selection_weight_samples(strategy, num_examples, updates, num_rounds: int, s
     return jax.lax.scan(body, state, jnp.arange(num_rounds))[1]
 
   return run(state0, jnp.asarray(updates, jnp.float32), num_examples)
+
+
+def distinct_classes(weights: np.ndarray, client_class: np.ndarray) -> np.ndarray:
+  """f32[R]: the number of distinct classes among the clients with weight > 0 each round."""
+  onehot = np.eye(int(client_class.max()) + 1)[client_class]
+  return np.sum((np.asarray(weights) > 0).astype(np.float64) @ onehot > 0, axis=1)
+
+
+def projected(base, updates: np.ndarray) -> np.ndarray:
+  """The simulation's sketches of ``updates`` f32[N, P]: the same projection (sketch_seed 0,
+  ``base.sketch_dim`` dims) as ``Simulation`` keeps in ``update_sketch``."""
+  p = updates.shape[1]
+  k_proj, _ = jax.random.split(jax.random.PRNGKey(0))
+  proj = similarity.make_projection(k_proj, p, min(int(base.sketch_dim), p))
+  return np.asarray(similarity.sketch(jnp.asarray(updates), proj))
+
+
+def one_class_classes(cfg, base, datasets, method_keys, output_dir, num_rounds, seed=0):
+  """Distinct classes (and clients) per round of each selection run alone, per order.
+
+  Algorithm 2 clusters the clients' first updates from the initial model (exact or
+  sketched as its ``updates`` says), fixed over the rounds: the representativity of Fig. 1's
+  top-left panel once every client has been seen. Writes ``table_one_class_classes``.
+  """
+  m = int(base.clients_per_round)
+  rows = []
+  for order, ds in datasets.items():
+    counts = np.asarray(ds.client_info().label_counts)
+    client_class = np.argmax(counts, 1)
+    n_i = np.asarray(ds.train.counts)
+    updates = np.asarray(representative_updates(base, ds, seed))
+    sketched = projected(base, updates)
+    for mk in method_keys:
+      meth = cfg.methods[mk]
+      strat = selection.make(meth.selection, num_selected=m, **meth.selection_hparams.to_dict())
+      u = updates if meth.get("updates", "sketch") == "exact" else sketched
+      w = np.asarray(selection_weight_samples(strat, n_i, u, num_rounds, seed, counts))
+      classes = distinct_classes(w, client_class)
+      rows.append(
+        [
+          ORDER_NAMES[order],
+          meth.label,
+          float(classes.mean()),
+          float(np.mean(classes == client_class.max() + 1)),
+          float(np.mean(np.sum(w > 0, axis=1))),
+        ]
+      )
+  return results.write_table(
+    os.path.join(output_dir, "table_one_class_classes"),
+    [
+      "Client ids",
+      "Method",
+      "distinct classes per round",
+      "share of rounds with every class",
+      "distinct clients per round",
+    ],
+    rows,
+    f"One class per client: each selection alone for {num_rounds} rounds, m={m}, seed {seed}"
+    " (Alg. 2 on the clients' first updates from the initial model)",
+  )
 
 
 def analytic_variance(r: np.ndarray) -> np.ndarray:
@@ -378,8 +502,20 @@ def run_all(
   alphas: Sequence[float] = (),
   methods: Sequence[str] = (),
   parts: Sequence[str] = PARTS,
+  client_orders: Sequence[str] = (),
+  classes_rounds: int | None = None,
 ) -> dict[str, str]:
-  """Runs the requested parts; returns {part: markdown}."""
+  """Runs the requested parts; returns {part: markdown}.
+
+  ``client_orders`` (default the config's ``one_class.client_orders``) and
+  ``classes_rounds`` (selection-only rounds of ``table_one_class_classes``; default the
+  config's ``one_class.classes_rounds``, 0 = none) concern the one-class part.
+  """
+  bad = sorted(set(client_orders) - set(partitions.CLIENT_ORDERS))
+  if bad:
+    raise ValueError(f"client orders {bad}; allowed: {', '.join(partitions.CLIENT_ORDERS)}")
+  if classes_rounds is None:
+    classes_rounds = int(cfg.one_class.get("classes_rounds", 0))
   os.makedirs(output_dir, exist_ok=True)
   base = ml_collections.ConfigDict(cfg.base.to_dict())
   base.dataset = dataset
@@ -443,38 +579,74 @@ def run_all(
       f"Clustered sampling, unbalanced Dirichlet set-up ({dataset}), seeds {seeds}",
     )
   if "one_class" in parts:
-    ds = one_class_data(
-      dataset, one_class_n, one_class_e, base.test_fraction, base.data_seed, data_dir
-    )
     oc = cfg.one_class
     steps = 2 if quick else int(oc.local_steps)
-    keys = [k for k in method_keys if k not in cfg.dirichlet.measure_methods.split(",")]
-    runs = run_setup(
-      "one_class",
-      ds,
-      base,
-      cfg,
-      keys,
-      output_dir,
-      seeds,
-      resume,
-      client_lr=float(oc.client_lr),
-      local_steps=steps,
-    )
+    oc_keys = list(methods) or oc.method_order.split(",")
+    if quick and not methods:
+      oc_keys = ["md", "target", "alg2_exact"]
+    keys = [k for k in oc_keys if k not in cfg.dirichlet.measure_methods.split(",")]
+    check_methods(cfg, keys)
+    orders = list(client_orders) or list(oc.client_orders)
+    rows, exact_rows, datasets = [], [], {}
+    for order in orders:
+      ds = one_class_data(
+        dataset,
+        one_class_n,
+        one_class_e,
+        base.test_fraction,
+        base.data_seed,
+        data_dir,
+        client_order=order,
+      )
+      datasets[order] = ds
+      runs = run_setup(
+        "one_class" if order == "random" else f"one_class_{order}",
+        ds,
+        base,
+        cfg,
+        keys,
+        output_dir,
+        seeds,
+        resume,
+        client_lr=float(oc.client_lr),
+        local_steps=steps,
+      )
+      label = f"one class per client, {ORDER_NAMES[order]}"
+      order_rows = summary_rows(label, runs, cfg, keys, global_train=True)
+      rows += order_rows
+      exact_rows += [
+        r for k, r in zip(keys, order_rows) if cfg.methods[k].selection == "clustered_similarity"
+      ]
+      plot_setup(
+        runs,
+        cfg,
+        keys,
+        os.path.join(output_dir, f"curves_one_class_{order}.png"),
+        f"{dataset}, {model_name(base)}, one class per client ({ORDER_NAMES[order]}), N="
+        f"{ds.num_clients}, m={base.clients_per_round}, {steps} local steps, "
+        f"lr={oc.client_lr:g}",
+      )
     out["one_class"] = results.write_table(
       os.path.join(output_dir, "table_one_class"),
-      HEADER,
-      summary_rows("one class per client", runs, cfg, keys),
-      f"Clustered sampling, one class per client ({dataset}), seeds {seeds}",
+      HEADER_ONE_CLASS,
+      rows,
+      f"Clustered sampling, one class per client ({dataset}), client orders {orders}, "
+      f"seeds {seeds}",
     )
-    plot_setup(
-      runs,
-      cfg,
-      keys,
-      os.path.join(output_dir, "curves_one_class.png"),
-      f"{dataset}, {model_name(base)}, one class per client, N={ds.num_clients}, m="
-      f"{base.clients_per_round}, {steps} local steps, lr={oc.client_lr:g}",
-    )
+    if exact_rows:
+      results.write_table(
+        os.path.join(output_dir, "table_alg2_exact_vs_sketched"),
+        HEADER_ONE_CLASS,
+        exact_rows,
+        f"Algorithm 2 on exact updates vs {int(base.sketch_dim)}-dim sketches, one class per "
+        f"client ({dataset}), seeds {seeds}",
+      )
+    if classes_rounds:
+      cb = ml_collections.ConfigDict(base.to_dict())
+      cb.local_steps, cb.client_lr = steps, float(oc.client_lr)
+      out["one_class_classes"] = one_class_classes(
+        cfg, cb, datasets, keys, output_dir, 50 if quick else int(classes_rounds)
+      )
   if "weights" in parts:
     a = float(cfg.weights.alpha)
     ds = dirichlet_data(dataset, a, groups, base.test_fraction, base.data_seed, data_dir)
@@ -503,6 +675,12 @@ def main(argv):
     raise app.UsageError(f"unknown methods {bad}; allowed: {', '.join(cfg.methods.keys())}")
   if f.dataset not in loaders.REAL_DATASETS:
     raise app.UsageError(f"--dataset={f.dataset!r}; allowed: {', '.join(loaders.REAL_DATASETS)}")
+  client_orders = [s for s in f.client_orders.split(",") if s]
+  bad = sorted(set(client_orders) - set(partitions.CLIENT_ORDERS))
+  if bad:
+    raise app.UsageError(
+      f"unknown client orders {bad}; allowed: {', '.join(partitions.CLIENT_ORDERS)}"
+    )
   alphas = [float(s) for s in f.alphas.split(",") if s]
   seeds = common.parse_seeds(f.seeds)
   if f.quick and not f["seeds"].present:
@@ -519,6 +697,7 @@ def main(argv):
     alphas=alphas,
     methods=methods,
     parts=parts,
+    client_orders=client_orders,
   )
   for text in tables.values():
     print(text)

@@ -17,7 +17,12 @@ Set-ups:
   test samples each; m = 10, N = 50 local steps, B = 50, lr 0.01 (Fig. 1).
 Methods: MD sampling, Algorithm 1 (``clustered_size``), Algorithm 2
 (``clustered_similarity``) with arccos, L2 and L1 (Appendix D.2); every method aggregates
-with weights 1/m (FedAvg aggregator with the selection's weights).
+with weights 1/m (FedAvg aggregator with the selection's weights). The one-class set-up adds
+"target" sampling (one client per class, the paper's ideal, ``target``) and Algorithm 2 on
+the exact updates (``updates="exact"``: no random projection) beside the 256-dim sketches,
+and runs under both client orders (``one_class.client_orders``): ids as the partition draws
+them (``random``) and ids sorted by label (``by_label``, the authors' data: clients
+10d..10d+9 hold digit d).
 """
 
 import ml_collections
@@ -29,10 +34,15 @@ DIRICHLET_LRS = (0.05, 0.05, 0.05, 0.1)
 GROUPS = ((10, 100), (30, 250), (30, 500), (20, 750), (10, 1000))
 
 
-def _method(label, selection, **hparams):
+UPDATES = ("sketch", "exact")  # what Algorithm 2 clusters: base.sketch_dim sketches or updates
+CLIENT_ORDERS = ("random", "by_label")  # the shards partition's client_order
+
+
+def _method(label, selection, updates="sketch", **hparams):
   m = ml_collections.ConfigDict()
   m.label = label
   m.selection = selection
+  m.updates = updates
   m.selection_hparams = ml_collections.ConfigDict(hparams)
   return m
 
@@ -55,6 +65,8 @@ def base_config() -> ml_collections.ConfigDict:
   c.availability_seed = 0
   c.data_seed = 0
   c.sketch_dim = 256
+  if "global_train_loss" in c:  # the papers' figures plot the global training loss
+    c.global_train_loss = True
   return c
 
 
@@ -67,7 +79,11 @@ def get_config() -> ml_collections.ConfigDict:
   c.methods.alg2_arccos = _method("Alg. 2 (Arccos)", "clustered_similarity", measure="arccos")
   c.methods.alg2_l2 = _method("Alg. 2 (L2)", "clustered_similarity", measure="L2")
   c.methods.alg2_l1 = _method("Alg. 2 (L1)", "clustered_similarity", measure="L1")
-  c.method_order = "md,alg1,alg2_arccos,alg2_l2,alg2_l1"
+  c.methods.alg2_exact = _method(
+    "Alg. 2 (Arccos, exact updates)", "clustered_similarity", updates="exact", measure="arccos"
+  )
+  c.methods.target = _method("Target (one client per class)", "target")
+  c.method_order = "md,alg1,alg2_arccos,alg2_l2,alg2_l1"  # Dirichlet set-up and weights
   # Unbalanced Dirichlet set-up (Fig. 2 / Fig. 6 / Fig. 7).
   c.dirichlet = ml_collections.ConfigDict()
   c.dirichlet.alphas = DIRICHLET_ALPHAS
@@ -83,6 +99,9 @@ def get_config() -> ml_collections.ConfigDict:
   c.one_class.examples_per_client = 500
   c.one_class.local_steps = 50
   c.one_class.client_lr = 0.01
+  c.one_class.method_order = "target,md,alg1,alg2_arccos,alg2_exact"
+  c.one_class.client_orders = CLIENT_ORDERS
+  c.one_class.classes_rounds = 2000  # selection-only rounds of table_one_class_classes
   # Aggregation-weight variance: the selection alone, jitted, for many rounds.
   c.weights = ml_collections.ConfigDict()
   c.weights.rounds = 5000

@@ -5,6 +5,7 @@ import os
 
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from experiments import clustered_sampling as cs
 from experiments.configs import clustered_sampling as config_lib
@@ -35,6 +36,37 @@ def test_one_class_data_gives_one_digit_per_client():
   assert ds.num_clients == 20 and np.all(ds.train.counts == 40)
   assert np.all(np.sum(counts > 0, axis=1) == 1)
   assert np.all(np.bincount(np.argmax(counts, 1), minlength=10) == 2)  # 2 clients per digit
+
+
+def test_one_class_data_by_label_gives_client_i_the_class_i_over_2():
+  """The authors' ids (clients 10d..10d+9 hold digit d; here 2 clients per class)."""
+  ds = cs.one_class_data("digits", 20, 40, 1.0 / 6.0, client_order="by_label")
+  assert np.all(ds.train.counts == 40) and np.all(ds.test.counts == 8)
+  for split in (ds.train, ds.test):
+    for i in range(20):
+      y = split.y[split.offsets[i] : split.offsets[i] + split.counts[i]]
+      assert np.all(y == i // 2)
+  rand = np.argmax(
+    np.asarray(cs.one_class_data("digits", 20, 40, 1.0 / 6.0).client_info().label_counts), 1
+  )
+  assert np.bincount(rand).tolist() == [2] * 10 and np.any(np.diff(rand) < 0)
+
+
+def test_exact_updates_method_sets_a_sketch_dim_above_any_parameter_count():
+  cfg = config_lib.get_config()
+  c = cs.cell_config(cfg.base, cfg.methods.alg2_exact)
+  assert c.selection == "clustered_similarity" and c.sketch_dim >= 2**31 - 1
+  assert cs.cell_config(cfg.base, cfg.methods.alg2_arccos).sketch_dim == 256
+  cfg.methods.alg2_exact.updates = "full"
+  with pytest.raises(ValueError, match="methods.alg2_exact.updates='full'; allowed: sketch, exact"):
+    cs.check_methods(cfg, ["md", "alg2_exact"])
+  with pytest.raises(ValueError, match=r"client orders \['sorted'\]; allowed: random, by_label"):
+    cs.run_all(config_lib.get_config(), "/nonexistent", [0], client_orders=["sorted"])
+
+
+def test_distinct_classes_counts_classes_of_the_clients_with_weight():
+  w = np.array([[0.5, 0.5, 0.0, 0.0], [0.25, 0.25, 0.25, 0.25], [0.0, 0.0, 0.0, 1.0]])
+  np.testing.assert_array_equal(cs.distinct_classes(w, np.array([0, 0, 1, 2])), [1, 3, 1])
 
 
 def test_analytic_variance_of_md_rows_is_eq_14():
@@ -72,18 +104,30 @@ def test_quick_writes_tables_and_figures(tmp_path):
   out = str(tmp_path)
   cs.run_all(cfg, out, [0], quick=True)
   header = cs.HEADER
-  for name, setup in (
-    ("table_dirichlet", "Dir(α=0.01)"),
-    ("table_one_class", "one class per client"),
+  one_class = ["MD sampling", "Target (one client per class)", "Alg. 2 (Arccos, exact updates)"]
+  for name, setups, methods, head in (
+    ("table_dirichlet", ["Dir(α=0.01)"], ["MD sampling", "Alg. 2 (Arccos)"], header),
+    (
+      "table_one_class",
+      ["one class per client, random ids", "one class per client, ids by label"],
+      one_class,
+      cs.HEADER_ONE_CLASS,
+    ),
   ):
     rows = _read_csv(os.path.join(out, name + ".csv"))
-    assert rows[0] == header
-    assert [r[1] for r in rows[1:]] == ["MD sampling", "Alg. 2 (Arccos)"]
+    assert rows[0] == head
+    assert [(r[0], r[1]) for r in rows[1:]] == [(s, m) for s in setups for m in methods]
     for r in rows[1:]:
-      assert r[0] == setup
       loss = float(r[2].split(" ± ")[0])
       acc = float(r[4].split(" ± ")[0])
       assert 0.0 < loss < 10.0 and 0.0 <= acc <= 100.0
+  # target sampling: every round's cohort holds one client of each of the 10 classes
+  classes = {(r[0], r[1]): r for r in _read_csv(os.path.join(out, "table_one_class_classes.csv"))}
+  for order in ("random ids", "ids by label"):
+    assert float(classes[(order, "Target (one client per class)")][2]) == 10.0
+    assert float(classes[(order, "MD sampling")][2]) < 10.0
+  exact = _read_csv(os.path.join(out, "table_alg2_exact_vs_sketched.csv"))
+  assert [r[1] for r in exact[1:]] == ["Alg. 2 (Arccos, exact updates)"] * 2
   w = _read_csv(os.path.join(out, "table_weight_variance.csv"))
   by = {r[0]: r for r in w[1:]}
   assert set(by) == {"MD sampling", "Alg. 1 (sample size)", "Alg. 2 (Arccos)"}
@@ -91,5 +135,10 @@ def test_quick_writes_tables_and_figures(tmp_path):
   assert alg1 < md
   # Clustered sampling selects more distinct clients per round than MD (representativity).
   assert float(by["Alg. 1 (sample size)"][4]) > float(by["MD sampling"][4])
-  for png in ("curves_dirichlet_a0.01.png", "curves_one_class.png", "weight_variance.png"):
+  for png in (
+    "curves_dirichlet_a0.01.png",
+    "curves_one_class_random.png",
+    "curves_one_class_by_label.png",
+    "weight_variance.png",
+  ):
     assert os.path.getsize(os.path.join(out, png)) > 5000
