@@ -211,13 +211,19 @@ def fedemd() -> None:
 
 
 def clustered_sampling() -> None:
-  for name in ("table_one_class.csv", "table_dirichlet.csv"):
-    rows = table(f"clustered_sampling_fmnist/{name}")
+  for name in (
+    "clustered_sampling_fmnist/table_one_class.csv",
+    "clustered_sampling_fmnist/table_dirichlet.csv",
+    "clustered_sampling_fmnist_order/table_one_class.csv",  # both client orders (issue 38)
+  ):
+    rows = table(name)
     for setup in dict.fromkeys(r["Set-up"] for r in rows):
       acc = {r["Method"]: first(r["final test acc (%)"]) for r in rows if r["Set-up"] == setup}
-      md = acc.pop("MD sampling")
+      md = acc.pop("MD sampling", None)
+      if md is None:
+        continue
       print(
-        f"{setup}: final accuracy minus MD's: "
+        f"{name.split('/')[0]}, {setup}: final accuracy minus MD's: "
         + ", ".join(f"{m} {v - md:+.2f}" for m, v in acc.items())
       )
 

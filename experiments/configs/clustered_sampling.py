@@ -35,7 +35,8 @@ GROUPS = ((10, 100), (30, 250), (30, 500), (20, 750), (10, 1000))
 
 
 UPDATES = ("sketch", "exact")  # what Algorithm 2 clusters: base.sketch_dim sketches or updates
-CLIENT_ORDERS = ("random", "by_label")  # the shards partition's client_order
+# the shards partition's client_order: by_label (the authors' data) first, then random
+CLIENT_ORDERS = ("by_label", "random")
 
 
 def _method(label, selection, updates="sketch", **hparams):

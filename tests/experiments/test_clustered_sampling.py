@@ -109,7 +109,7 @@ def test_quick_writes_tables_and_figures(tmp_path):
     ("table_dirichlet", ["Dir(α=0.01)"], ["MD sampling", "Alg. 2 (Arccos)"], header),
     (
       "table_one_class",
-      ["one class per client, random ids", "one class per client, ids by label"],
+      ["one class per client, ids by label", "one class per client, random ids"],
       one_class,
       cs.HEADER_ONE_CLASS,
     ),
