@@ -6,10 +6,9 @@ r"""FedGS Fashion-MNIST: does the first stretch of training diverge? (issue 37's
 Builds the Table 2 Fashion-MNIST cell exactly as ``experiments/fedgs_table2.py`` does
 (``fashion_mnist_base``: the released protocol; IDL, UniformSample), changes one element,
 runs ``--rounds`` rounds and prints the global test loss and accuracy every 5 rounds.
-``--init=torch`` replaces the model's initial parameters by PyTorch's defaults for
-``Conv2d`` / ``Linear`` (the authors' framework): kernels and biases U(-1/sqrt(fan_in),
-1/sqrt(fan_in)) (``kaiming_uniform(a=sqrt(5))``); ``flax`` keeps ours (lecun_normal
-kernels, zero biases).
+``--init`` is the config's ``param_init``: ``torch`` = PyTorch's defaults for ``Conv2d`` /
+``Linear`` (the authors' framework): kernels and biases U(-1/sqrt(fan_in), 1/sqrt(fan_in))
+(``kaiming_uniform(a=sqrt(5))``); ``flax`` = flax's (lecun_normal kernels, zero biases).
 """
 
 from __future__ import annotations
@@ -17,24 +16,7 @@ from __future__ import annotations
 import argparse
 import time
 
-import jax
-import numpy as np
-
 from benchmarks import _common as C
-
-
-def torch_default_init(params, key):
-  """PyTorch's default Conv2d / Linear parameters for a flax params tree of kernel/bias."""
-  out = {}
-  for i, name in enumerate(sorted(params)):
-    kernel, bias = params[name]["kernel"], params[name]["bias"]
-    bound = 1.0 / np.sqrt(int(np.prod(kernel.shape[:-1])))  # fan_in of HWIO / IO kernels
-    k1, k2 = jax.random.split(jax.random.fold_in(key, i))
-    out[name] = {
-      "kernel": jax.random.uniform(k1, kernel.shape, kernel.dtype, -bound, bound),
-      "bias": jax.random.uniform(k2, bias.shape, bias.dtype, -bound, bound),
-    }
-  return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,10 +39,9 @@ def main(argv: list[str] | None = None) -> int:
   c = config_lib.fashion_mnist_base()
   c.availability, c.selection, c.data_dir = "idl", "uniform", a.data_dir
   c.input_normalization, c.partition = a.input_normalization, a.partition
+  c.param_init = a.init
   sim, _ = experiment.build(c)
   state = sim.init(0)
-  if a.init == "torch":
-    state = state.replace(params=torch_default_init(state.params, jax.random.PRNGKey(0)))
   t0 = time.perf_counter()
   for r in range(5, a.rounds + 1, 5):
     state, _ = sim.run_rounds(state, 5)

@@ -32,6 +32,9 @@ HELP = {
   "shards, lognormal, size_groups, clustered, easyfl_quantity ('' = natural/iid)",
   "model": "model name: logreg, mlp, cnn_mnist, cnn_cifar",
   "mlp_hidden": "width of the hidden layer of --model=mlp (one layer; >= 1)",
+  "param_init": "initial parameters: flax (lecun_normal kernels, zero biases) or torch "
+  "(PyTorch's Conv2d/Linear defaults: kernels and biases U(-1/sqrt(fan_in), 1/sqrt(fan_in)), "
+  "as the papers' released code)",
   "num_clients": "N, number of clients",
   "clients_per_round": "M, cohort slots per round (1..N)",
   "examples_per_client": "give every client exactly this many training examples (0 = the "

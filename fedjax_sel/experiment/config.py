@@ -36,6 +36,9 @@ def default_config() -> ml_collections.ConfigDict:
   c.partition = ""  # "" = the dataset's natural split (Synthetic) or "iid"
   c.model = "logreg"
   c.mlp_hidden = 200  # width of model="mlp"'s hidden layer (Clustered Sampling's MNIST MLP: 50)
+  # initial parameters: "flax" (lecun_normal kernels, zero biases) or "torch" (PyTorch's
+  # Conv2d / Linear defaults, the papers' released code)
+  c.param_init = "flax"
   c.num_clients = 30
   c.clients_per_round = 6
   c.examples_per_client = 0  # 0 = the dataset's or partition's own sizes
@@ -136,6 +139,7 @@ def validate_config(c: ml_collections.ConfigDict) -> None:
   hyper-parameters are checked by their constructors (``make_components``).
   """
   _name("model", c.model, models.names())
+  _name("param_init", c.get("param_init", "flax"), list(models.PARAM_INITS))
   _name("dataset", c.dataset, list(data.DATASETS))
   if c.partition:
     _name("partition", c.partition, ["natural", *data.PARTITIONS])

@@ -6,10 +6,12 @@ The engine only sees ``init(key) -> params`` and ``apply(params, x) -> logits``.
 from fedjax_sel.models.models import (
   MLP,
   MODELS,
+  PARAM_INITS,
   CifarCNN,
   LogisticRegression,
   MnistCNN,
   Model,
+  layer_inits,
   make,
   names,
   num_params,
@@ -17,12 +19,14 @@ from fedjax_sel.models.models import (
 
 __all__ = [
   "MODELS",
+  "PARAM_INITS",
   "CifarCNN",
   "LogisticRegression",
   "MLP",
   "MnistCNN",
   "Model",
   "make",
+  "layer_inits",
   "names",
   "num_params",
 ]

@@ -37,6 +37,32 @@ def resolve_conv_impl(conv_impl: str, backend: str | None = None) -> str:
   return conv_impl
 
 
+# How a layer's parameters start: ``flax`` (lecun_normal kernels, zero biases: flax's own
+# defaults) or ``torch`` (PyTorch's ``Conv2d`` / ``Linear`` defaults: kernels
+# kaiming_uniform(a=sqrt(5)) = U(-1/sqrt(fan_in), 1/sqrt(fan_in)), biases the same U), the
+# initialisation of the papers' released PyTorch code.
+PARAM_INITS = ("flax", "torch")
+
+
+def layer_inits(param_init: str, fan_in: int) -> dict:
+  """``kernel_init`` / ``bias_init`` keyword arguments of a Dense or Conv layer with
+  ``fan_in`` inputs per output (in_features, or in_channels x kernel height x width)."""
+  if param_init == "flax":
+    return {}
+  bound = 1.0 / math.sqrt(fan_in)
+
+  def bias_init(key, shape, dtype=jnp.float32):
+    return jax.random.uniform(key, shape, dtype, -bound, bound)
+
+  # variance_scaling(1/3, fan_in, uniform): U(-sqrt(3 * (1/3) / fan_in), +...) = U(-bound, bound)
+  kernel_init = nn.initializers.variance_scaling(1.0 / 3.0, "fan_in", "uniform")
+  return {"kernel_init": kernel_init, "bias_init": bias_init}
+
+
+def _dense(features: int, x, param_init: str) -> jax.Array:
+  return nn.Dense(features, **layer_inits(param_init, x.shape[-1]))(x)
+
+
 class Model(NamedTuple):
   """A pure model: ``init(key) -> params``, ``apply(params, x) -> logits f32[B, C]``."""
 
@@ -53,11 +79,12 @@ class LogisticRegression(nn.Module):
   """Multinomial logistic regression (the FedProx/FedGS Synthetic model)."""
 
   num_classes: int
+  param_init: str = "flax"
 
   @nn.compact
   def __call__(self, x):
     x = x.reshape((x.shape[0], -1))
-    return nn.Dense(self.num_classes)(x)
+    return _dense(self.num_classes, x, self.param_init)
 
 
 class MLP(nn.Module):
@@ -65,13 +92,14 @@ class MLP(nn.Module):
 
   num_classes: int
   hidden: Sequence[int] = (200,)
+  param_init: str = "flax"
 
   @nn.compact
   def __call__(self, x):
     x = x.reshape((x.shape[0], -1))
     for width in self.hidden:
-      x = nn.relu(nn.Dense(width)(x))
-    return nn.Dense(self.num_classes)(x)
+      x = nn.relu(_dense(width, x, self.param_init))
+    return _dense(self.num_classes, x, self.param_init)
 
 
 class MnistCNN(nn.Module):
@@ -83,17 +111,19 @@ class MnistCNN(nn.Module):
 
   num_classes: int
   conv_impl: str = "xla"
+  param_init: str = "flax"
 
   @nn.compact
   def __call__(self, x):
     conv = _conv(self.conv_impl)
-    x = nn.relu(conv(32, (5, 5), padding="SAME")(x))
+    init = lambda x: layer_inits(self.param_init, x.shape[-1] * 25)  # 5x5 kernels
+    x = nn.relu(conv(32, (5, 5), padding="SAME", **init(x))(x))
     x = max_pool_2x2(x)
-    x = nn.relu(conv(64, (5, 5), padding="SAME")(x))
+    x = nn.relu(conv(64, (5, 5), padding="SAME", **init(x))(x))
     x = max_pool_2x2(x)
     x = x.reshape((x.shape[0], -1))
-    x = nn.relu(nn.Dense(512)(x))
-    return nn.Dense(self.num_classes)(x)
+    x = nn.relu(_dense(512, x, self.param_init))
+    return _dense(self.num_classes, x, self.param_init)
 
 
 class CifarCNN(nn.Module):
@@ -101,18 +131,20 @@ class CifarCNN(nn.Module):
 
   num_classes: int
   conv_impl: str = "xla"
+  param_init: str = "flax"
 
   @nn.compact
   def __call__(self, x):
     conv = _conv(self.conv_impl)
-    x = nn.relu(conv(32, (5, 5), padding="VALID")(x))
+    init = lambda x: layer_inits(self.param_init, x.shape[-1] * 25)  # 5x5 kernels
+    x = nn.relu(conv(32, (5, 5), padding="VALID", **init(x))(x))
     x = max_pool_2x2(x)
-    x = nn.relu(conv(64, (5, 5), padding="VALID")(x))
+    x = nn.relu(conv(64, (5, 5), padding="VALID", **init(x))(x))
     x = max_pool_2x2(x)
     x = x.reshape((x.shape[0], -1))
-    x = nn.relu(nn.Dense(384)(x))
-    x = nn.relu(nn.Dense(192)(x))
-    return nn.Dense(self.num_classes)(x)
+    x = nn.relu(_dense(384, x, self.param_init))
+    x = nn.relu(_dense(192, x, self.param_init))
+    return _dense(self.num_classes, x, self.param_init)
 
 
 _REGISTRY = Registry("model")
@@ -137,24 +169,29 @@ def num_params(model: Model) -> int:
   return sum(int(math.prod(s.shape)) for s in jax.tree_util.tree_leaves(shapes))
 
 
-def _check(input_shape, num_classes):
+def _check(input_shape, num_classes, param_init="flax"):
   check_range("num_classes", num_classes, 2)
+  if param_init not in PARAM_INITS:
+    raise ValueError(f"param_init={param_init!r}; allowed: {', '.join(PARAM_INITS)}")
   if not input_shape or any(int(d) < 1 for d in input_shape):
     raise ValueError(f"input_shape={tuple(input_shape)!r} must be non-empty positive dims")
 
 
 @_REGISTRY.register("logreg")
-def make_logreg(input_shape, num_classes) -> Model:
-  _check(input_shape, num_classes)
-  return _wrap(LogisticRegression(num_classes), "logreg", input_shape, num_classes)
+def make_logreg(input_shape, num_classes, param_init: str = "flax") -> Model:
+  _check(input_shape, num_classes, param_init)
+  module = LogisticRegression(num_classes, param_init)
+  return _wrap(module, "logreg", input_shape, num_classes)
 
 
 @_REGISTRY.register("mlp")
-def make_mlp(input_shape, num_classes, hidden: Sequence[int] = (200,)) -> Model:
-  _check(input_shape, num_classes)
+def make_mlp(
+  input_shape, num_classes, hidden: Sequence[int] = (200,), param_init: str = "flax"
+) -> Model:
+  _check(input_shape, num_classes, param_init)
   if any(int(h) < 1 for h in hidden):
     raise ValueError(f"hidden={tuple(hidden)!r}: every width must be >= 1")
-  return _wrap(MLP(num_classes, tuple(hidden)), "mlp", input_shape, num_classes)
+  return _wrap(MLP(num_classes, tuple(hidden), param_init), "mlp", input_shape, num_classes)
 
 
 def _check_image(name, input_shape, min_side):
@@ -166,20 +203,26 @@ def _check_image(name, input_shape, min_side):
 
 
 @_REGISTRY.register("cnn_mnist")
-def make_cnn_mnist(input_shape, num_classes, conv_impl: str = "auto") -> Model:
-  """``conv_impl``: one of ``CONV_IMPLS`` (``auto``: ``canonical`` on CPU, else ``xla``)."""
-  _check(input_shape, num_classes)
+def make_cnn_mnist(
+  input_shape, num_classes, conv_impl: str = "auto", param_init: str = "flax"
+) -> Model:
+  """``conv_impl``: one of ``CONV_IMPLS`` (``auto``: ``canonical`` on CPU, else ``xla``);
+  ``param_init``: one of ``PARAM_INITS``."""
+  _check(input_shape, num_classes, param_init)
   _check_image("cnn_mnist", input_shape, 4)
-  module = MnistCNN(num_classes, resolve_conv_impl(conv_impl))
+  module = MnistCNN(num_classes, resolve_conv_impl(conv_impl), param_init)
   return _wrap(module, "cnn_mnist", input_shape, num_classes, conv=True)
 
 
 @_REGISTRY.register("cnn_cifar")
-def make_cnn_cifar(input_shape, num_classes, conv_impl: str = "auto") -> Model:
-  """``conv_impl``: one of ``CONV_IMPLS`` (``auto``: ``canonical`` on CPU, else ``xla``)."""
-  _check(input_shape, num_classes)
+def make_cnn_cifar(
+  input_shape, num_classes, conv_impl: str = "auto", param_init: str = "flax"
+) -> Model:
+  """``conv_impl``: one of ``CONV_IMPLS`` (``auto``: ``canonical`` on CPU, else ``xla``);
+  ``param_init``: one of ``PARAM_INITS``."""
+  _check(input_shape, num_classes, param_init)
   _check_image("cnn_cifar", input_shape, 13)
-  module = CifarCNN(num_classes, resolve_conv_impl(conv_impl))
+  module = CifarCNN(num_classes, resolve_conv_impl(conv_impl), param_init)
   return _wrap(module, "cnn_cifar", input_shape, num_classes, conv=True)
 
 

@@ -199,6 +199,7 @@ def test_fashion_mnist_column_defaults_to_the_released_protocol():
     0.3081,
   )
   assert base.eval_every == 1
+  assert base.param_init == "torch"  # PyTorch's Conv2d / Linear defaults, as the authors' code
   assert dict(cfg.modes.yc.availability_hparams) == {"beta": 0.9, "schedule": "reference_code"}
   assert fedgs_table2.apply_fmnist_protocol(cfg) is cfg
   with pytest.raises(ValueError, match="fmnist_protocol='paper'; allowed: reference_code, ours"):
@@ -242,24 +243,3 @@ def test_ours_protocol_is_the_committed_ablation():
 def test_bad_names_are_one_clear_error():
   with pytest.raises(ValueError, match="unknown methods \\['fedgss'\\]"):
     fedgs_table2.split_names("uniform,fedgss", ["uniform", "md"], "methods")
-
-
-def test_init_check_draws_pytorchs_default_bounds():
-  """experiments/fedgs_init_check.py: PyTorch's Conv2d / Linear defaults are
-  U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for weight and bias (kaiming_uniform(a=sqrt(5)));
-  cnn_mnist's fan-ins are 5*5*1 = 25, 5*5*32 = 800, 7*7*64 = 3136 and 512."""
-  import jax
-
-  from experiments.fedgs_init_check import torch_default_init
-  from fedjax_sel import models
-
-  params = models.make("cnn_mnist", (28, 28, 1), 10).init(jax.random.PRNGKey(0))
-  new = torch_default_init(params, jax.random.PRNGKey(1))
-  fan_in = {"Conv_0": 25, "Conv_1": 800, "Dense_0": 3136, "Dense_1": 512}
-  assert set(new) == set(fan_in)
-  for name, n in fan_in.items():
-    for part in ("kernel", "bias"):
-      v = np.asarray(new[name][part])
-      assert v.shape == params[name][part].shape
-      bound = 1 / math.sqrt(n)
-      assert np.abs(v).max() <= bound and np.abs(v).max() > 0.9 * bound

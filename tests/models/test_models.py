@@ -1,5 +1,7 @@
 """Models: parameter counts from the papers, output shapes, name validation."""
 
+import math
+
 import chex
 import flax.linen as nn
 import jax
@@ -174,3 +176,43 @@ def test_cnn_mnist_equals_flax_layers_in_a_training_loop(conv_impl):
   got = train(m.apply)
   want = train(lambda p, xb: ref.apply({"params": p}, xb))
   chex.assert_trees_all_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+# ------------------------------------------------------------------ initialisation
+
+
+TORCH_FAN_INS = {  # fan_in of each layer, by hand: in_channels x 5 x 5, or in_features
+  "cnn_mnist": {"Conv_0": 25, "Conv_1": 800, "Dense_0": 3136, "Dense_1": 512},
+  "cnn_cifar": {"Conv_0": 75, "Conv_1": 800, "Dense_0": 1600, "Dense_1": 384, "Dense_2": 192},
+  "mlp": {"Dense_0": 784, "Dense_1": 200},
+  "logreg": {"Dense_0": 784},
+}
+
+
+@pytest.mark.parametrize("name", sorted(TORCH_FAN_INS))
+def test_torch_init_draws_pytorchs_default_bounds(name):
+  """``param_init="torch"``: PyTorch's Conv2d / Linear defaults, kernels kaiming_uniform(a =
+  sqrt(5)) and biases both U(-1/sqrt(fan_in), 1/sqrt(fan_in)); the std of a U(-b, b) is
+  b / sqrt(3). ``flax`` keeps flax's zero biases."""
+  shape = (32, 32, 3) if name == "cnn_cifar" else (28, 28, 1)
+  model = models.make(name, shape, 10, param_init="torch")
+  params = model.init(jax.random.PRNGKey(1))
+  fan_in = TORCH_FAN_INS[name]
+  assert set(params) == set(fan_in)
+  for layer, n in fan_in.items():
+    bound = 1 / math.sqrt(n)
+    for part in ("kernel", "bias"):
+      v = np.asarray(params[layer][part])
+      assert np.abs(v).max() <= bound, (layer, part)
+      if v.size >= 500:  # enough draws for the spread: near the bound and a uniform's std
+        assert np.abs(v).max() > 0.95 * bound, (layer, part)
+        assert v.std() == pytest.approx(bound / math.sqrt(3), rel=0.1), (layer, part)
+  flax_params = models.make(name, shape, 10).init(jax.random.PRNGKey(1))
+  for layer in fan_in:
+    assert not np.any(np.asarray(flax_params[layer]["bias"]))
+    assert flax_params[layer]["kernel"].shape == params[layer]["kernel"].shape
+
+
+def test_param_init_is_checked():
+  with pytest.raises(ValueError, match="param_init='pytorch'; allowed: flax, torch"):
+    models.make("cnn_mnist", (28, 28, 1), 10, param_init="pytorch")
