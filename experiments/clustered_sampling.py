@@ -34,10 +34,10 @@ import numpy as np
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from experiments import common
+from experiments import common, numpy1_ties
 from fedjax_sel import experiment, selection, similarity
 from fedjax_sel.core.types import ClientInfo, SelectionContext
-from fedjax_sel.data import loaders, partitions
+from fedjax_sel.data import federated, loaders, partitions
 from fedjax_sel.metrics import results
 
 CONFIG_FILE = os.path.join(os.path.dirname(__file__), "configs", "clustered_sampling.py")
@@ -47,7 +47,23 @@ QUICK_GROUPS = ((2, 100), (6, 250), (6, 500), (4, 750), (2, 1000))
 # (the simulation uses d = min(sketch_dim, P); make_projection's identity marker).
 EXACT_SKETCH_DIM = 2**31 - 1
 UPDATES = ("sketch", "exact")
-ORDER_NAMES = {"random": "random ids", "by_label": "ids by label"}
+ORDER_NAMES = {
+  "random": "random ids",
+  "by_label": "ids by label",
+  "by_label_numpy1": "ids by label, Alg. 1 ties as NumPy 1.x",
+}
+# The partition's orders, and by_label renumbered in the order the authors' Algorithm 1 code
+# visits equal-size clients under NumPy 1.x (experiments/numpy1_ties.py; study-only).
+CLIENT_ORDERS = (*partitions.CLIENT_ORDERS, "by_label_numpy1")
+
+
+def reorder_clients(ds, perm):
+  """``ds`` with new client k = old client ``perm[k]`` (train and local test splits)."""
+  splits = []
+  for split in (ds.train, ds.test):
+    xs, ys = zip(*(split.client(int(k)) for k in perm))
+    splits.append(federated.split_from_lists(list(xs), list(ys)))
+  return ds._replace(train=splits[0], test=splits[1])
 
 
 def define_flags():
@@ -64,7 +80,7 @@ def define_flags():
   flags.DEFINE_string(
     "client_orders",
     "",
-    f"one-class client orders, any of {partitions.CLIENT_ORDERS} ('' = the config's)",
+    f"one-class client orders, any of {CLIENT_ORDERS} ('' = the config's)",
   )
   return config_flags.DEFINE_config_file(
     "config", CONFIG_FILE, "the paper's settings (ml_collections config file)"
@@ -134,7 +150,16 @@ def one_class_data(
   ``client_order``: the ``shards`` partition's ``"random"`` ids or ``"by_label"`` ids
   (clients 10d..10d+9 hold class d, as in the authors' data): the same clients renumbered
   (each holds the same pool examples; its local train/test split is drawn in id order).
+  ``"by_label_numpy1"``: the by_label clients renumbered so that id k is the k-th client the
+  authors' Algorithm 1 visits under NumPy 1.x's argsort of equal sizes (so our Algorithm 1,
+  which takes equal sizes in id order, forms the authors' distributions).
   """
+  if client_order == "by_label_numpy1":
+    ds = one_class_data(
+      dataset, num_clients, examples_per_client, test_fraction, seed, data_dir, "by_label"
+    )
+    ds = reorder_clients(ds, numpy1_ties.authors_alg1_visit_order(ds.num_clients))
+    return ds._replace(name=f"{dataset}/one class per client, {ORDER_NAMES[client_order]}")
   x, y, tx, ty, c = pool(dataset, data_dir)
   per_client = round(examples_per_client / (1.0 - test_fraction))
   x, y = resample(x, y, int(1.1 * num_clients * per_client), seed)
@@ -511,9 +536,9 @@ def run_all(
   ``classes_rounds`` (selection-only rounds of ``table_one_class_classes``; default the
   config's ``one_class.classes_rounds``, 0 = none) concern the one-class part.
   """
-  bad = sorted(set(client_orders) - set(partitions.CLIENT_ORDERS))
+  bad = sorted(set(client_orders) - set(CLIENT_ORDERS))
   if bad:
-    raise ValueError(f"client orders {bad}; allowed: {', '.join(partitions.CLIENT_ORDERS)}")
+    raise ValueError(f"client orders {bad}; allowed: {', '.join(CLIENT_ORDERS)}")
   if classes_rounds is None:
     classes_rounds = int(cfg.one_class.get("classes_rounds", 0))
   os.makedirs(output_dir, exist_ok=True)
@@ -676,11 +701,9 @@ def main(argv):
   if f.dataset not in loaders.REAL_DATASETS:
     raise app.UsageError(f"--dataset={f.dataset!r}; allowed: {', '.join(loaders.REAL_DATASETS)}")
   client_orders = [s for s in f.client_orders.split(",") if s]
-  bad = sorted(set(client_orders) - set(partitions.CLIENT_ORDERS))
+  bad = sorted(set(client_orders) - set(CLIENT_ORDERS))
   if bad:
-    raise app.UsageError(
-      f"unknown client orders {bad}; allowed: {', '.join(partitions.CLIENT_ORDERS)}"
-    )
+    raise app.UsageError(f"unknown client orders {bad}; allowed: {', '.join(CLIENT_ORDERS)}")
   alphas = [float(s) for s in f.alphas.split(",") if s]
   seeds = common.parse_seeds(f.seeds)
   if f.quick and not f["seeds"].present:

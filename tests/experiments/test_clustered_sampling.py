@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from experiments import clustered_sampling as cs
+from experiments import numpy1_ties
 from experiments.configs import clustered_sampling as config_lib
 from fedjax_sel import selection
 
@@ -50,6 +51,26 @@ def test_one_class_data_by_label_gives_client_i_the_class_i_over_2():
     np.asarray(cs.one_class_data("digits", 20, 40, 1.0 / 6.0).client_info().label_counts), 1
   )
   assert np.bincount(rand).tolist() == [2] * 10 and np.any(np.diff(rand) < 0)
+
+
+def test_numpy1_introsort_tie_order_by_hand():
+  """17 equal keys: one median-of-3 partition (pivot index 8 parked at 15, then the pairs
+  (1, 14) ... (7, 8) swapped, the pivot put back at 8), then insertion sorts that move
+  nothing; 16 or fewer equal keys stay in id order. Distinct keys: a plain argsort."""
+  got = numpy1_ties.introsort_argsort([1.0] * 17).tolist()
+  assert got == [0, 14, 13, 12, 11, 10, 9, 15, 8, 6, 5, 4, 3, 2, 1, 7, 16]
+  assert numpy1_ties.introsort_argsort([2.0] * 16).tolist() == list(range(16))
+  v = np.random.default_rng(0).permutation(200).astype(float)
+  np.testing.assert_array_equal(numpy1_ties.introsort_argsort(v), np.argsort(v))
+  assert numpy1_ties.authors_alg1_visit_order(17).tolist() == got[::-1]
+
+
+def test_one_class_data_by_label_numpy1_follows_the_authors_visit_order():
+  ds = cs.one_class_data("digits", 20, 40, 1.0 / 6.0, client_order="by_label_numpy1")
+  visit = numpy1_ties.authors_alg1_visit_order(20)
+  classes = np.argmax(np.asarray(ds.client_info().label_counts), 1)
+  np.testing.assert_array_equal(classes, visit // 2)  # the by_label client visit[k] is id k
+  assert np.all(ds.train.counts == 40) and np.all(ds.test.counts == 8)
 
 
 def test_exact_updates_method_sets_a_sketch_dim_above_any_parameter_count():
