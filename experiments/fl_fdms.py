@@ -77,6 +77,10 @@ def prepare_config(
       raise ValueError(f"alpha={a!r} is out of range; allowed: [0, 1)")
   if c.process not in PROCESSES:
     raise ValueError(f"process={c.process!r} is not allowed; allowed: {list(PROCESSES)}")
+  if not isinstance(c.assumption5, bool):
+    raise ValueError(f"assumption5={c.assumption5!r} is not allowed; allowed: [True, False]")
+  if c.assumption5 and c.process != "markov":
+    raise ValueError("assumption5=True needs process='markov' (the redrawn process keeps it)")
   if c.process == "markov":
     for a in c.alphas:  # mean_absence >= 1 and >= alpha / (1 - alpha), with the model's message
       availability.make("markov_dropout", dropout_rate=float(a), mean_absence=c.mean_absence)
@@ -110,6 +114,8 @@ def cell_config(config: ml_collections.ConfigDict, method: str, alpha: float | N
     c.availability_hparams = ml_collections.ConfigDict(
       {"dropout_rate": float(alpha), "mean_absence": float(config.mean_absence)}
     )
+    if config.assumption5:
+      c.availability_hparams.keep_per_cluster = g
   else:
     c.availability_hparams.dropout_rate = float(alpha)
     c.availability_hparams.num_clusters = g
@@ -150,9 +156,10 @@ def cells(config: ml_collections.ConfigDict) -> list[tuple[str, str, float | Non
 def process_text(config: ml_collections.ConfigDict) -> str:
   """The dropout process in words, for table titles."""
   if config.process == "markov":
+    kept = ", one client per cluster kept" if config.assumption5 else ""
     return (
       f"Markov dropout (each client off a share α of the rounds, absences of "
-      f"{float(config.mean_absence):g} rounds on average)"
+      f"{float(config.mean_absence):g} rounds on average{kept})"
     )
   return "redrawn dropout (exactly ⌊αN⌋ clients drop, drawn afresh each round)"
 

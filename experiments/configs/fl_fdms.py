@@ -55,6 +55,8 @@ def get_config() -> ml_collections.ConfigDict:
   # committed results/fl_fdms_fmnist_mlp/) or "markov" (persistent absences, issue 38).
   c.process = "redrawn"
   c.mean_absence = 10.0  # "markov": mean absence in rounds (5 % of the 200 rounds)
+  # "markov" only: a cluster whose clients are all away keeps one (Assumption 5; diagnostic).
+  c.assumption5 = False
   c.weighting = "uniform"  # the paper's 1/K average in every aggregator
   c.cr_confidence = 0.05  # p of Theorem 2 (not given in the paper)
   c.real_dataset = "mnist"

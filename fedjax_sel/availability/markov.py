@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -13,7 +14,7 @@ from fedjax_sel.availability.base import (
   check_probability_array,
 )
 from fedjax_sel.availability.registry import register
-from fedjax_sel.core.registry import check_range, is_traced
+from fedjax_sel.core.registry import check_range, is_integer, is_traced
 from fedjax_sel.core.types import Array, AvailabilityModel, ClientInfo, PRNGKey
 
 _INITIAL = ("stationary", "on", "off")
@@ -117,17 +118,25 @@ def dropout_transitions(dropout_rate, mean_absence):
 
 @register("markov_dropout")
 def make_markov_dropout(
-  dropout_rate: float = 0.5, mean_absence: float = 10.0, initial: str = "stationary"
+  dropout_rate: float = 0.5,
+  mean_absence: float = 10.0,
+  initial: str = "stationary",
+  keep_per_cluster: int | None = None,
 ) -> AvailabilityModel:
   """``markov`` parametrised by its dropout ratio and mean absence: persistent dropout.
 
   Every client is an independent on/off chain (``make_markov``) with stationary
   off-probability ``dropout_rate`` (FL-FDMS's dropout ratio alpha, reached on average: the
   number of dropped clients varies from round to round) and absences of geometric length
-  with mean ``mean_absence`` rounds (``dropout_transitions``). No client is protected, so
-  a whole cluster can be away at once (FL-FDMS's Assumption 5 is a device of its analysis,
-  "relaxed" in its App. B, and not a property of its experiments' dropout). Needs from
-  ClientInfo: only N.
+  with mean ``mean_absence`` rounds (``dropout_transitions``). By default no client is
+  protected, so a whole cluster can be away at once (FL-FDMS's Assumption 5 is a device of
+  its analysis, "relaxed" in its App. B, and not a property of its experiments' dropout).
+
+  ``keep_per_cluster=G`` imposes Assumption 5 (a diagnostic): clients form G contiguous
+  clusters (as ``cluster_dropout``), and in a round where every chain of a cluster is off,
+  one of its clients, uniformly chosen, answers anyway. The chains themselves are unchanged
+  (the same draws as without the option), so only those rounds differ. ``probs`` is then
+  P(on) + P(the whole cluster off) / cluster size. Needs from ClientInfo: only N.
 
   Args:
     dropout_rate: alpha in [0, 1).
@@ -135,6 +144,8 @@ def make_markov_dropout(
       shorter one would need P(on -> off) > 1).
     initial: "stationary" (the state before round 0 drawn from the stationary law), "on"
       or "off".
+    keep_per_cluster: None, or the number of contiguous clusters G >= 1 that each keep one
+      active client (at most N).
 
   References:
     Wang & Xu, FL-FDMS, Sec. 3 (dropout ratio alpha) and Sec. 6 (Stale fails when "individual
@@ -153,9 +164,15 @@ def make_markov_dropout(
         f"(P(on -> off) would exceed 1); allowed: mean_absence >= {shortest:.4g}"
       )
     dropout_rate, mean_absence = float(dropout_rate), float(mean_absence)
+  if keep_per_cluster is not None and (not is_integer(keep_per_cluster) or keep_per_cluster < 1):
+    raise ValueError(
+      f"keep_per_cluster={keep_per_cluster!r} is out of range; allowed: None or integers >= 1"
+    )
 
   def init(key: PRNGKey, info: ClientInfo) -> MarkovState:
     n = info.num_clients
+    if keep_per_cluster is not None and keep_per_cluster > n:
+      raise ValueError(f"keep_per_cluster={keep_per_cluster} exceeds the number of clients {n}")
     to_off, to_on = dropout_transitions(
       jnp.asarray(dropout_rate, jnp.float32), jnp.asarray(mean_absence, jnp.float32)
     )
@@ -167,4 +184,26 @@ def make_markov_dropout(
       on = jnp.full((n,), initial == "on")
     return MarkovState(on=on, p_on_to_off=p10, p_off_to_on=p01)
 
-  return AvailabilityModel(init=init, probs=_probs, sample=_sample)
+  if keep_per_cluster is None:
+    return AvailabilityModel(init=init, probs=_probs, sample=_sample)
+  num_clusters = int(keep_per_cluster)
+
+  def cluster_ids(n: int) -> Array:
+    return jnp.asarray((np.arange(n) * num_clusters) // n, jnp.int32)
+
+  def probs(state: MarkovState, t: Array) -> Array:
+    on = _probs(state, t)
+    ids = cluster_ids(on.shape[0])
+    all_off = jax.ops.segment_prod(1.0 - on, ids, num_segments=num_clusters)
+    size = jax.ops.segment_sum(jnp.ones_like(on), ids, num_segments=num_clusters)
+    return jnp.minimum(on + (all_off / size)[ids], 1.0)
+
+  def sample(state: MarkovState, key: PRNGKey, t: Array) -> tuple[Array, MarkovState]:
+    on, state = _sample(state, key, t)
+    ids = cluster_ids(on.shape[0])
+    score = jax.random.uniform(jax.random.fold_in(key, 1), on.shape, jnp.float32)
+    chosen = score >= jax.ops.segment_max(score, ids, num_segments=num_clusters)[ids]
+    cluster_on = jax.ops.segment_max(on.astype(jnp.int32), ids, num_segments=num_clusters) > 0
+    return on | (chosen & ~cluster_on[ids]), state
+
+  return AvailabilityModel(init=init, probs=probs, sample=sample)

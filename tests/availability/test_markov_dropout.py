@@ -124,3 +124,39 @@ def test_jit_and_vmap_over_alphas():
 def test_bad_hyperparameters_are_rejected(hparams, match):
   with pytest.raises(ValueError, match=match):
     availability.make("markov_dropout", **hparams)
+
+
+def test_keep_per_cluster_passes_the_registry_contract(info6):
+  """jit, vmap over seeds, determinism and the probs/sample agreement of every model."""
+  from test_availability_contract import test_contract
+
+  test_contract("markov_dropout", {"dropout_rate": 0.7, "keep_per_cluster": 2}, info6)
+
+
+def test_keep_per_cluster_only_fills_clusters_that_are_all_away():
+  """Same chains with and without the option: the protected rollout is the plain one plus
+  exactly one client in each round and cluster where the plain one has nobody; its active
+  frequency matches its probs (martingale average, std <= 0.5 / sqrt(T), tolerance 5 std)."""
+  hp = {"dropout_rate": 0.7, "mean_absence": 5.0}
+  plain = availability.make("markov_dropout", **hp)
+  kept = availability.make("markov_dropout", keep_per_cluster=2, **hp)
+  a_plain, _ = availability.rollout(plain, INFO8, jax.random.key(9), NUM_ROUNDS)
+  a_kept, p_kept = availability.rollout(kept, INFO8, jax.random.key(9), NUM_ROUNDS)
+  a_plain, a_kept, p_kept = (np.asarray(x) for x in (a_plain, a_kept, p_kept))
+  assert np.all(a_kept >= a_plain)
+  for cluster in (slice(0, 4), slice(4, 8)):
+    empty = ~a_plain[:, cluster].any(1)
+    assert empty.mean() > 0.1  # 0.7^4 = 0.24 of the rounds in the stationary law
+    added = a_kept[:, cluster].sum(1) - a_plain[:, cluster].sum(1)
+    np.testing.assert_array_equal(added, empty.astype(int))
+  gap = np.abs(a_kept.mean(0) - p_kept.mean(0))
+  assert gap.max() < 5 * 0.5 / math.sqrt(NUM_ROUNDS), gap
+
+
+@pytest.mark.parametrize("bad", [0, 2.5, "two"])
+def test_keep_per_cluster_is_validated(bad):
+  with pytest.raises(ValueError, match="keep_per_cluster="):
+    availability.make("markov_dropout", keep_per_cluster=bad)
+  model = availability.make("markov_dropout", keep_per_cluster=9)
+  with pytest.raises(ValueError, match="keep_per_cluster=9 exceeds the number of clients 8"):
+    model.init(jax.random.key(0), INFO8)

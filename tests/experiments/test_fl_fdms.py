@@ -101,6 +101,10 @@ def test_markov_process_cells():
     assert c.availability_hparams.to_dict() == {"dropout_rate": 0.7, "mean_absence": 20.0}
   assert fl_fdms.cell_config(config, "full", None).availability == "always"
   assert "absences of 20 rounds" in fl_fdms.process_text(config)
+  config.assumption5 = True
+  c = fl_fdms.cell_config(config, "stale", 0.5)
+  assert c.availability_hparams.keep_per_cluster == 5  # the 5 clusters of the partition
+  assert "one client per cluster kept" in fl_fdms.process_text(config)
 
 
 @pytest.mark.parametrize(
