@@ -259,7 +259,8 @@ HEADER = [
   "best test acc (%)",
   "train loss (last 20 % of evals)",
 ]
-HEADER_ONE_CLASS = HEADER + ["global train loss (last 50 rounds)"]
+# "n/a" where the runs did not record it (the global_train_loss config field off or absent)
+HEADER_GLOBAL = HEADER + ["global train loss (last 50 rounds)"]
 
 
 def plot_setup(runs, cfg, method_keys, path, title):
@@ -588,7 +589,7 @@ def run_all(
         client_lr=float(lr),
         local_steps=steps,
       )
-      rows += summary_rows(f"Dir(α={a:g})", runs, cfg, keys)
+      rows += summary_rows(f"Dir(α={a:g})", runs, cfg, keys, global_train=True)
       plot_setup(
         runs,
         cfg,
@@ -599,7 +600,7 @@ def run_all(
       )
     out["dirichlet"] = results.write_table(
       os.path.join(output_dir, "table_dirichlet"),
-      HEADER,
+      HEADER_GLOBAL,
       rows,
       f"Clustered sampling, unbalanced Dirichlet set-up ({dataset}), seeds {seeds}",
     )
@@ -653,7 +654,7 @@ def run_all(
       )
     out["one_class"] = results.write_table(
       os.path.join(output_dir, "table_one_class"),
-      HEADER_ONE_CLASS,
+      HEADER_GLOBAL,
       rows,
       f"Clustered sampling, one class per client ({dataset}), client orders {orders}, "
       f"seeds {seeds}",
@@ -661,7 +662,7 @@ def run_all(
     if exact_rows:
       results.write_table(
         os.path.join(output_dir, "table_alg2_exact_vs_sketched"),
-        HEADER_ONE_CLASS,
+        HEADER_GLOBAL,
         exact_rows,
         f"Algorithm 2 on exact updates vs {int(base.sketch_dim)}-dim sketches, one class per "
         f"client ({dataset}), seeds {seeds}",
