@@ -215,6 +215,7 @@ def clustered_sampling() -> None:
     "clustered_sampling_fmnist/table_one_class.csv",
     "clustered_sampling_fmnist/table_dirichlet.csv",
     "clustered_sampling_fmnist_order/table_one_class.csv",  # both client orders (issue 38)
+    "clustered_sampling_fmnist_order/numpy1_ties/table_one_class.csv",
   ):
     rows = table(name)
     for setup in dict.fromkeys(r["Set-up"] for r in rows):
