@@ -552,6 +552,7 @@ def run_all(
     base.model = "mlp"
   groups = tuple(tuple(g) for g in cfg.dirichlet.groups)
   method_keys = list(methods) or cfg.method_order.split(",")
+  check_methods(cfg, method_keys)
   num_rounds_w = int(cfg.weights.rounds)
   one_class_n, one_class_e = 100, int(cfg.one_class.examples_per_client)
   if quick:
