@@ -4,7 +4,8 @@
 
 20 clients in 5 contiguous clusters of 4 (the study's set-up), 5,000 rounds from the
 availability key 0, at alpha = 0.3 / 0.5 / 0.7: "redrawn" is ``cluster_dropout`` in
-``fl_fdms`` mode, "markov" is ``markov_dropout`` with mean_absence = 10.
+``fl_fdms`` mode, "markov" is ``markov_dropout`` with mean_absence = 10, and "markov, one
+per cluster kept" the same with ``keep_per_cluster=5`` (Assumption 5).
 """
 
 import os
@@ -74,6 +75,9 @@ def main() -> None:
         "cluster_dropout", mode="fl_fdms", dropout_rate=alpha, num_clusters=5
       ),
       "markov": availability.make("markov_dropout", dropout_rate=alpha, mean_absence=MEAN_ABSENCE),
+      "markov, one per cluster kept": availability.make(
+        "markov_dropout", dropout_rate=alpha, mean_absence=MEAN_ABSENCE, keep_per_cluster=5
+      ),
     }
     for name, model in models.items():
       active, _ = availability.rollout(model, INFO, jax.random.key(0), T)
