@@ -500,9 +500,9 @@ def test_local_commands():
 _WORKER = """
 import os, signal, sys, time
 pid = next(a.split("=")[1] for a in sys.argv if a.startswith("--process_id="))
-print("argv", " ".join(sys.argv[1:]), "JAX_PLATFORMS=" + os.environ.get("JAX_PLATFORMS", "-"),
-      flush=True)
-print("stderr of", pid, file=sys.stderr, flush=True)
+os.write(1, ("argv " + " ".join(sys.argv[1:]) + " JAX_PLATFORMS="
+             + os.environ.get("JAX_PLATFORMS", "-") + "\\n").encode())
+os.write(2, f"stderr of {pid}\\n".encode())
 step = os.environ.get("STEP_" + pid, "exit:0")
 if step.startswith("exit:"):
   sys.exit(int(step[5:]))
@@ -510,7 +510,10 @@ if step == "ignore_term":
   signal.signal(signal.SIGTERM, signal.SIG_IGN)
 if step == "term_slowly":  # SIGTERM: finish within the launcher's 10 s of grace
   signal.signal(signal.SIGTERM, lambda *_: (time.sleep(0.5), sys.exit(143)))
-signal.signal(signal.SIGINT, lambda *_: (print("SIGINT in", pid, flush=True), sys.exit(130)))
+# one write(2) of a short line: the two processes share the launcher's stdout, and print()
+# may split a line into several writes that interleave with the other process's
+signal.signal(signal.SIGINT,
+              lambda *_: (os.write(1, f"SIGINT in {pid}\\n".encode()), sys.exit(130)))
 if os.environ.get("READY_DIR"):  # the handlers are in place
   open(os.path.join(os.environ["READY_DIR"], pid), "w").close()
 time.sleep(60)
