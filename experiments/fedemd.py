@@ -3,6 +3,9 @@ r"""FedEMD (Huang et al.): client selection with Mavericks -- R@99 and Maverick 
   python -m experiments.fedemd --output_dir=runs/fedemd
   python -m experiments.fedemd --quick --output_dir=/tmp/fedemd
   python -m experiments.fedemd --data_dir=~/tensorflow_datasets --output_dir=runs/fedemd_fmnist
+  # the study before issue 41 (raw counts in D_c, plain mean, per-participation StepLR):
+  python -m experiments.fedemd ... --config.fedemd_current=counts \
+    --config.base.aggregator_hparams.weighting=uniform --config.base.lr_schedule_unit=participation
 
 50 clients, 5 selected per round (always available), FedAvg, one local epoch. Mavericks
 (clients 0..m-1) own whole classes: with ``k_excl`` each of the k Mavericks owns all the
@@ -43,6 +46,7 @@ from fedjax_sel.data import loaders
 from fedjax_sel.data.federated import FederatedData, split_from_indices
 from fedjax_sel.data.loaders import num_local_test
 from fedjax_sel.metrics import results
+from fedjax_sel.selection import fedemd as fedemd_selection
 
 METHODS = {"random": "Random", "shapley": "Shapley (SVB)", "fedemd": "FedEMD"}
 SELECTION = {"random": "uniform", "shapley": "shapley", "fedemd": "fedemd"}
@@ -161,6 +165,10 @@ def prepare_config(
     raise ValueError("methods must include 'random': R@99 is relative to Random selection")
   for s in c.scenarios:
     parse_scenario(s)
+  if c.fedemd_current not in fedemd_selection.CURRENT_READINGS:
+    raise ValueError(
+      f"fedemd_current={c.fedemd_current!r}; allowed: {list(fedemd_selection.CURRENT_READINGS)}"
+    )
   if quick:
     c.base.rounds = c.quick_rounds
     c.scenarios = tuple(c.quick_scenarios)
@@ -184,12 +192,21 @@ def fedavg_name(base: ml_collections.ConfigDict) -> str:
   return f"{agg}, StepLR {base.lr_step_size} per {base.lr_schedule_unit}"
 
 
+def protocol_name(config: ml_collections.ConfigDict) -> str:
+  """What every table heading names: FedEMD's D_c reading, FedAvg's weighting, the lr unit."""
+  return f"FedEMD D_c from label {config.fedemd_current}, {fedavg_name(config.base)}"
+
+
 def cell_config(config: ml_collections.ConfigDict, method: str) -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict(config.base.to_dict())
   c.selection = SELECTION[method]
   hp = {}
   if method == "fedemd":
-    hp = {"alpha": float(config.fedemd_alpha), "beta": float(config.fedemd_beta)}
+    hp = {
+      "alpha": float(config.fedemd_alpha),
+      "beta": float(config.fedemd_beta),
+      "current": str(config.fedemd_current),
+    }
   elif method == "shapley":
     hp = {"num_permutations": int(config.shapley_permutations)}
   c.selection_hparams = ml_collections.ConfigDict(hp)
@@ -308,6 +325,7 @@ def run_study(
       runs[s, m] = res[m]
   rounds_total = int(base.rounds)
   setup = f"{base.dataset}, N={base.num_clients}, M={base.clients_per_round}, {base.model}"
+  protocol = protocol_name(config)
   scen = list(config.scenarios)
   header = ["method"] + [s.replace("_", " ") for s in scen]
   r99 = {}
@@ -324,7 +342,7 @@ def run_study(
     header,
     r99_rows,
     f"FedEMD Fig. 4 / Table 1: R@{pct} (rounds to {pct} % of Random's best accuracy; "
-    f"mean ± std over seeds {seeds}), {setup}, {rounds_total} rounds",
+    f"mean ± std over seeds {seeds}), {setup}, {rounds_total} rounds; {protocol}",
   )
   acc_rows = [
     [METHODS[m]]
@@ -338,7 +356,8 @@ def run_study(
     os.path.join(output_dir, "final_accuracy"),
     header,
     acc_rows,
-    f"FedEMD: final test accuracy (%) after {rounds_total} rounds, {setup}",
+    f"FedEMD: final test accuracy (%) after {rounds_total} rounds, seeds {seeds}, {setup}; "
+    f"{protocol}",
   )
   share_rows = []
   for m in config.methods:
@@ -356,7 +375,8 @@ def run_study(
     os.path.join(output_dir, "maverick_share"),
     header,
     share_rows,
-    f"FedEMD: share of all selections that went to Mavericks (%) (uniform expectation {fair})",
+    f"FedEMD: share of all selections that went to Mavericks (%) (uniform expectation {fair}), "
+    f"seeds {seeds}; {protocol}",
   )
 
   figures = []
@@ -369,8 +389,8 @@ def run_study(
     results.plot_curves(
       curves,
       path,
-      f"FedEMD: {s.replace('_', ' ')} Maverick(s), {setup},\n{fedavg_name(base)}, "
-      f"mean of {len(seeds)} seed(s)",
+      f"FedEMD: {s.replace('_', ' ')} Maverick(s), {setup}, mean of {len(seeds)} seed(s),\n"
+      f"{protocol}",
       "test accuracy (%)",
     )
     figures.append(path)
@@ -381,7 +401,7 @@ def run_study(
     list(config.methods),
     rounds_total,
     path,
-    f"FedEMD Fig. 4: R@{pct} vs number of Mavericks ({setup})",
+    f"FedEMD Fig. 4: R@{pct} vs number of Mavericks ({setup}),\n{protocol}",
   )
   figures.append(path)
 
@@ -407,14 +427,16 @@ def run_study(
     os.path.join(output_dir, "participation"),
     ["round"] + names,
     [[t + 1] + [int(traces[n][t]) for n in names] for t in range(int(base.rounds))],
-    f"FedEMD: cumulative Maverick selections, {s}, seed {seed}",
+    f"FedEMD: cumulative Maverick selections, {s}, seed {seed}; D_c from label "
+    f"{config.fedemd_current} (the cohorts do not depend on the weighting or the lr)",
   )
   path = os.path.join(output_dir, "participation.png")
   plot_participation(
     traces,
     len(mav) * base.clients_per_round / base.num_clients,
     path,
-    f"FedEMD: Maverick participation, {s.replace('_', ' ')}, {setup}, seed {seed}",
+    f"FedEMD: Maverick participation, {s.replace('_', ' ')}, {setup}, seed {seed},\n"
+    f"FedEMD D_c from label {config.fedemd_current}",
   )
   figures.append(path)
   return {

@@ -1,7 +1,8 @@
 """FedEMD (Huang et al.): EMD-based selection probabilities with a round-decay temperature.
 
 Each client i reports its label counts ``D^i`` once. With ``D_g = sum_i D^i`` (global) and
-``D_c^t`` the accumulated label counts of every client selected before round t (current),
+``D_c^t`` the accumulated distribution of the clients selected before round t (current; Alg. 1:
+``D_c^{t+1} = D_c^t + sum_{s in K} D^s``),
 
   ``Proba^t_i = softmax_i(alpha * emd_g[i] - t * beta * emd_c^t[i])``     (Alg. 1 line 25)
 
@@ -11,9 +12,9 @@ of Appendix A.5): early on, clients far from the global distribution (Mavericks)
 favoured; later, clients far from what has already been trained on are penalized. M
 clients are then drawn by weighted random sampling without replacement (A-Res, Alg. 1
 lines 9-17) with weights ``Proba^t``, among the available clients (the softmax is taken
-over the available clients only). The selection's weights are FedAvg's ``n_k / sum n``;
-the FedEMD study (``experiments/configs/fedemd.py``) aggregates with the plain mean instead
-(``fedavg`` with ``weighting="uniform"``), as the authors' code does.
+over the available clients only). The selection's weights are FedAvg's ``n_k / sum n`` (the
+text's size-aware FedAvg, Sec. 3 and 5.1); ``fedavg`` with ``weighting="uniform"`` gives the
+plain mean that the authors' code uses instead.
 
 Readings of the machine-converted paper (see BUILD_NOTES.md, selection):
 
@@ -25,6 +26,11 @@ Readings of the machine-converted paper (see BUILD_NOTES.md, selection):
   the mean proportion of a non-Maverick class c1 over clients. The paper picks c1 at random
   among non-Maverick classes; we take deterministically the class held by the most clients
   (ties: lowest id), which cannot be a Maverick class.
+* D_c (``current``): the paper calls the D^i "data distributions" but does not say whether
+  the sum adds counts or normalized distributions. ``"distribution"`` (default) adds each
+  selected client's label distribution once per selection; ``"counts"`` adds its raw label
+  counts, so a large Maverick dominates D_c and its current distance stays small (the
+  study's first reading; BUILD_NOTES.md, FedEMD, gives the measured difference).
 * Round index: the paper's round r (1-based) uses ``Proba^r`` computed with ``(r-1) beta``;
   our rounds are 0-based, so round t uses ``t * beta``, and round 0 is
   ``softmax(alpha * emd_g)`` (the paper only says "initialize Proba^1").
@@ -50,6 +56,7 @@ from fedjax_sel.selection import common
 from fedjax_sel.selection.registry import register
 
 GROUND_METRICS = ("l1", "wasserstein")
+CURRENT_READINGS = ("distribution", "counts")
 
 
 class FedEMDState(NamedTuple):
@@ -59,13 +66,14 @@ class FedEMDState(NamedTuple):
     label_counts: f32[N, C], reported label counts ``D^i``.
     emd_global: f32[N], normalized distance of each client to the global distribution.
     normalizer: f32[], ``sum_i P^i(y=c1) / N``.
-    current_counts: f32[C], label counts accumulated over the clients selected so far.
+    current: f32[C], ``D_c``: the label distributions (``current="distribution"``) or label
+      counts (``"counts"``) of the clients selected so far, summed once per selection.
   """
 
   label_counts: Array
   emd_global: Array
   normalizer: Array
-  current_counts: Array
+  current: Array
 
 
 def _normalize(counts: Array) -> Array:
@@ -109,7 +117,7 @@ def selection_probs(
   state: FedEMDState, avail: Array, t: Array, alpha: float, beta: float, ground_metric: str = "l1"
 ) -> Array:
   """f32[N], ``Proba^t`` restricted to the available clients (0 elsewhere; 0 if none)."""
-  emd_current = emd(state.current_counts[None, :], state.label_counts, ground_metric)
+  emd_current = emd(state.current[None, :], state.label_counts, ground_metric)
   emd_current = emd_current / state.normalizer
   logits = selection_logits(state.emd_global, emd_current, t, alpha, beta)
   # jax's masked softmax shifts by the largest *available* logit, so it never underflows to
@@ -119,7 +127,11 @@ def selection_probs(
 
 @register("fedemd")
 def make_fedemd(
-  num_selected: int, alpha: float = 0.15, beta: float = 0.0015, ground_metric: str = "l1"
+  num_selected: int,
+  alpha: float = 0.15,
+  beta: float = 0.0015,
+  ground_metric: str = "l1",
+  current: str = "distribution",
 ) -> SelectionStrategy:
   """FedEMD selection: A-Res sampling with probabilities ``softmax(a emd_g - t b emd_c)``.
 
@@ -129,6 +141,10 @@ def make_fedemd(
       CIFAR-10/STL-10).
     beta: current-distance coefficient per round (paper: 0.0015; 0.001 for STL-10).
     ground_metric: ``"l1"`` (default) or ``"wasserstein"``; see ``emd``.
+    current: what each selection adds to the current distribution D_c: ``"distribution"``
+      (default), the client's normalized label distribution, because only that reading makes
+      a Maverick fade in later rounds as the paper reports (with raw counts its own data
+      dominates D_c); ``"counts"``, its raw label counts (the study's reading before issue 41).
 
   References:
     Huang et al., "Is Shapley Value fair? Improving client selection for Mavericks in
@@ -139,6 +155,8 @@ def make_fedemd(
   check_range("beta", beta, 0.0, None)
   if ground_metric not in GROUND_METRICS:
     raise ValueError(f"ground_metric={ground_metric!r}; allowed: {list(GROUND_METRICS)}")
+  if current not in CURRENT_READINGS:
+    raise ValueError(f"current={current!r}; allowed: {list(CURRENT_READINGS)}")
 
   def init(key: PRNGKey, info: ClientInfo) -> FedEMDState:
     del key
@@ -153,7 +171,7 @@ def make_fedemd(
       label_counts=counts,
       emd_global=emd_global,
       normalizer=normalizer,
-      current_counts=jnp.zeros_like(global_counts),
+      current=jnp.zeros_like(global_counts),
     )
 
   def select(
@@ -162,8 +180,11 @@ def make_fedemd(
     probs = selection_probs(state, avail, t, alpha, beta, ground_metric)
     cohort, valid = common.weighted_sample_without_replacement(key, probs, avail, num_selected)
     weights = common.fedavg_weights(ctx.num_examples, cohort, valid)
-    picked = jnp.where(valid[:, None], state.label_counts[cohort], 0.0)
-    state = state._replace(current_counts=state.current_counts + jnp.sum(picked, axis=0))
+    added = state.label_counts[cohort]
+    if current == "distribution":
+      added = _normalize(added)
+    picked = jnp.where(valid[:, None], added, 0.0)
+    state = state._replace(current=state.current + jnp.sum(picked, axis=0))
     return common.make_selection(cohort, valid, weights), state
 
   return SelectionStrategy(init=init, select=select, num_selected=num_selected)

@@ -61,7 +61,7 @@ def test_temperature_schedule_is_linear_in_round():
   state = selection.make("fedemd", num_selected=2, alpha=alpha, beta=beta).init(
     jax.random.PRNGKey(0), _info()
   )
-  state = state._replace(current_counts=jnp.asarray([30.0, 5.0, 5.0]))
+  state = state._replace(current=jnp.asarray([30.0, 5.0, 5.0]))
   avail = jnp.ones((6,), bool)
   props = COUNTS / COUNTS.sum(1, keepdims=True)
   cur = np.array([30.0, 5.0, 5.0]) / 40.0
@@ -89,7 +89,7 @@ def test_first_pick_frequencies_match_proba():
   strategy = selection.make("fedemd", num_selected=2, alpha=alpha, beta=beta)
   info = _info()
   state = strategy.init(jax.random.PRNGKey(0), info)
-  state = state._replace(current_counts=jnp.asarray([30.0, 20.0, 10.0]))
+  state = state._replace(current=jnp.asarray([30.0, 20.0, 10.0]))
   avail = jnp.asarray([True, True, False, True, True, True])
   t = 4
   ctx = make_ctx(info)
@@ -104,17 +104,38 @@ def test_first_pick_frequencies_match_proba():
   assert chi2 < stats.chi2.ppf(0.999, df=support.sum() - 1)
 
 
-def test_select_accumulates_current_counts():
-  strategy = selection.make("fedemd", num_selected=2)
+@pytest.mark.parametrize("current", ["distribution", "counts"])
+def test_select_accumulates_the_current_distribution(current):
+  """D_c adds each selected client's label distribution (default) or raw counts, once."""
+  strategy = selection.make("fedemd", num_selected=2, current=current)
   info = _info()
   state = strategy.init(jax.random.PRNGKey(0), info)
   sel, new_state = strategy.select(
     state, jax.random.PRNGKey(1), jnp.ones((6,), bool), 0, make_ctx(info)
   )
-  expected = COUNTS[np.asarray(sel.cohort)].sum(0)
-  np.testing.assert_allclose(np.asarray(new_state.current_counts), expected)
+  rows = COUNTS[np.asarray(sel.cohort)]
+  if current == "distribution":
+    rows = rows / rows.sum(1, keepdims=True)
+  np.testing.assert_allclose(np.asarray(new_state.current), rows.sum(0), rtol=1e-6)
   n = COUNTS.sum(1)[np.asarray(sel.cohort)]
   np.testing.assert_allclose(np.asarray(sel.weights), n / n.sum(), rtol=1e-6)
+  # A second round adds to what the first left (the Maverick, 30 of class 2, counts 1 or 30).
+  maverick = jnp.asarray([False] * 5 + [True])
+  _, after = strategy.select(new_state, jax.random.PRNGKey(2), maverick, 1, make_ctx(info))
+  added = np.asarray(after.current) - np.asarray(new_state.current)
+  np.testing.assert_allclose(added, [0, 0, 1.0 if current == "distribution" else 30.0])
+
+
+def test_current_reading_changes_the_current_distance():
+  """Counts vs distributions: after one big and one small client the readings differ by hand.
+  Counts: D_c = (0, 0, 30) + (20, 0, 0) -> (0.4, 0, 0.6); distributions: (1, 0, 1) / 2."""
+  info = _info()
+  state = selection.make("fedemd", num_selected=2).init(jax.random.PRNGKey(0), info)
+  pair = jnp.asarray([False, False, False, False, True, True])  # clients 4 (20 ex.), 5 (30)
+  for current, d_c in (("counts", [0.4, 0.0, 0.6]), ("distribution", [0.5, 0.0, 0.5])):
+    strategy = selection.make("fedemd", num_selected=2, current=current)
+    _, after = strategy.select(state, jax.random.PRNGKey(3), pair, 0, make_ctx(info))
+    np.testing.assert_allclose(fedemd._normalize(after.current), d_c, rtol=1e-6)
 
 
 def test_rejects_bad_hparams():
@@ -122,6 +143,8 @@ def test_rejects_bad_hparams():
     selection.make("fedemd", num_selected=2, ground_metric="kl")
   with pytest.raises(ValueError, match="alpha"):
     selection.make("fedemd", num_selected=2, alpha=-1.0)
+  with pytest.raises(ValueError, match="current"):
+    selection.make("fedemd", num_selected=2, current="count")
 
 
 # Mutation-testing survivors (issue 22): values by hand at the formulas' edges.
@@ -191,7 +214,7 @@ def test_probs_with_one_or_no_available_client():
 def test_probs_do_not_underflow_late():
   """Late rounds make every logit very negative; with a client unavailable the softmax
   must still be the softmax over the available ones (not all zeros)."""
-  state = _state()._replace(current_counts=jnp.asarray([0.0, 0.0, 30.0]))
+  state = _state()._replace(current=jnp.asarray([0.0, 0.0, 30.0]))
   avail = jnp.asarray([True, True, True, True, True, False])
   t, alpha, beta = 200000, 0.15, 0.0015
   props = COUNTS / COUNTS.sum(1, keepdims=True)
@@ -205,14 +228,14 @@ def test_probs_do_not_underflow_late():
 
 
 def test_invalid_slots_add_nothing_to_current_counts():
-  strategy = selection.make("fedemd", num_selected=3)
+  strategy = selection.make("fedemd", num_selected=3, current="counts")
   info = _info()
   avail = jnp.asarray([False, True, False, False, False, False])  # 1 client, 3 slots
   sel, new_state = strategy.select(
     strategy.init(jax.random.PRNGKey(0), info), jax.random.PRNGKey(1), avail, 0, make_ctx(info)
   )
   assert np.asarray(sel.valid).tolist() == [True, False, False]
-  np.testing.assert_array_equal(np.asarray(new_state.current_counts), COUNTS[1])
+  np.testing.assert_array_equal(np.asarray(new_state.current), COUNTS[1])
 
 
 def test_defaults_are_the_papers_fashion_mnist_row():
@@ -221,5 +244,6 @@ def test_defaults_are_the_papers_fashion_mnist_row():
   params = inspect.signature(fedemd.make_fedemd).parameters
   assert (params["alpha"].default, params["beta"].default) == (0.15, 0.0015)
   assert params["ground_metric"].default == "l1"
+  assert params["current"].default == "distribution"  # issue 41: the reading that fades
   with pytest.raises(ValueError, match="beta"):
     selection.make("fedemd", num_selected=2, beta=-0.001)
