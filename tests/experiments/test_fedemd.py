@@ -135,3 +135,67 @@ def test_runs_on_tfds_fashion_mnist(tmp_path):
   ((summary, _),) = out["runs"]["1_excl", "random"]
   assert summary["rounds"] == 2 and len(summary["sampling_counts"]) == 50
   assert out["r99"][1][0][0] == "Random"
+
+
+FMNIST_DIR = "/usr/share/datasets/fashion-mnist"
+# The study before issue 41, named setting by setting.
+OLD_SETTINGS = {"fedemd_current": "counts", "weighting": "uniform", "unit": "participation"}
+
+
+def old_study_config():
+  config = fedemd_config.get_config()
+  config.fedemd_current = OLD_SETTINGS["fedemd_current"]
+  config.base.aggregator_hparams.weighting = OLD_SETTINGS["weighting"]
+  config.base.lr_schedule_unit = OLD_SETTINGS["unit"]
+  config.methods = ("random", "fedemd")
+  config.scenarios = ("1_excl",)
+  config.maverick_classes = (1, 0, 2)
+  return fedemd.prepare_config(config, data_dir=FMNIST_DIR)
+
+
+def test_defaults_are_the_texts_reading_and_size_weighted_fedavg():
+  config = fedemd_config.get_config()
+  assert config.fedemd_current == "distribution"
+  assert config.base.aggregator_hparams.weighting == "selection"  # n_k / sum n (Sec. 3)
+  assert config.base.lr_schedule_unit == "participation"  # the text is silent; authors' code
+  assert fedemd.cell_config(config, "fedemd").selection_hparams.current == "distribution"
+  assert fedemd.protocol_name(config) == (
+    "FedEMD D_c from label distribution, FedAvg (size-weighted), StepLR 10 per participation"
+  )
+  config.fedemd_current = "count"
+  with pytest.raises(ValueError, match="fedemd_current"):
+    fedemd.prepare_config(config)
+
+
+@pytest.mark.skipif(not os.path.isdir(FMNIST_DIR), reason="dataset-fashion-mnist not installed")
+def test_old_settings_give_the_committed_cells_config_and_cohorts():
+  """``fedemd_current=counts``, ``weighting=uniform``, per-participation StepLR is the config
+  of the committed ``results/fedemd_fmnist/`` cells field for field, and its replayed
+  cohorts (selection only) are theirs: the sampling counts of seeds 1-2 and seed 0's
+  cumulative Maverick picks over 200 rounds."""
+  config = old_study_config()
+  data = fedemd.maverick_data(config, "1_excl")
+  folder = os.path.join(ROOT, "results", "fedemd_fmnist")
+  for method in ("random", "fedemd"):
+    cfg = fedemd.cell_config(config, method)
+    for seed in (1, 2):
+      cell = os.path.join(folder, "cells", f"1_excl_{method}", f"seed{seed}")
+      with open(os.path.join(cell, "config.json")) as f:
+        committed = json.load(f)["config"]
+      cfg.seed = seed
+      mine = cfg.to_dict()
+      for key in ("output_dir", "resume"):
+        mine.pop(key), committed.pop(key)
+      if method == "fedemd":  # the reading was implicit before issue 41
+        assert mine["selection_hparams"].pop("current") == "counts"
+      assert {k: mine[k] for k in committed} == committed
+      cohorts, valid = fedemd.replay_selection(cfg, data, seed)
+      counts = fedemd.counts_per_round(cohorts, valid, 50).sum(0)
+      with open(os.path.join(cell, "summary.json")) as f:
+        assert counts.tolist() == json.load(f)["sampling_counts"]
+  cfg = fedemd.cell_config(config, "fedemd")
+  cfg.seed = 0
+  cohorts, valid = fedemd.replay_selection(cfg, data, 0)
+  picks = np.cumsum(fedemd.counts_per_round(cohorts, valid, 50)[:, 0])
+  rows = read_csv(os.path.join(folder, "participation.csv"))[1:]
+  assert picks.tolist() == [int(r[2]) for r in rows]
