@@ -27,6 +27,7 @@ import threading
 import jax
 import numpy as np
 
+from fedjax_sel.core import peer_failure
 from fedjax_sel.core.registry import is_integer
 
 # seconds a process waits for the others (and the coordinator) before it gives up
@@ -168,12 +169,13 @@ def initialize(
     try:
       # the runtime's own timeouts come after the watchdog's: when it gives up it aborts the
       # process with a C++ stack trace instead of raising
-      jax.distributed.initialize(
-        **kwargs,
-        initialization_timeout=int(timeout_s) + 30,
-        heartbeat_timeout_seconds=min(max(10, int(timeout_s)), 100),
-        shutdown_timeout_seconds=max(10, int(timeout_s)),
-      )
+      with _service_errors_reported():
+        jax.distributed.initialize(
+          **kwargs,
+          initialization_timeout=int(timeout_s) + 30,
+          heartbeat_timeout_seconds=heartbeat_timeout(timeout_s),
+          shutdown_timeout_seconds=max(10, int(timeout_s)),
+        )
     except Exception as e:  # ValueError / RuntimeError from the runtime
       first = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), type(e).__name__)
       raise LaunchError(f"{message} ({first})") from e
@@ -183,6 +185,8 @@ def initialize(
 
     told = np.asarray([num_processes or 0, -1 if process_id is None else process_id], np.int32)
     everyone = np.asarray(multihost_utils.process_allgather(told)).reshape(-1, 2)
+  # from now on a lost or failing process ends every process cleanly
+  peer_failure.install(heartbeat_timeout(timeout_s))
   counts = sorted({int(c) for c in everyone[:, 0]})
   if several and (counts != [num_processes] or jax.process_count() != num_processes):
     raise LaunchError(
@@ -190,6 +194,43 @@ def initialize(
       f"{jax.process_count()} of them joined; give every process the same --num_processes"
     )
   return jax.process_count()
+
+
+def heartbeat_timeout(timeout_s: float) -> int:
+  """Seconds without a heartbeat after which JAX's coordination service declares a process
+  lost (and every survivor ends: ``peer_failure``)."""
+  return min(max(10, int(timeout_s)), 100)
+
+
+@contextlib.contextmanager
+def _service_errors_reported():
+  """While JAX joins the processes, runs its coordination service (process 0's) in a child
+  process (``coordinator``) rather than inside process 0: when process 0 dies, the others'
+  coordination clients would otherwise abort at once (a C++ check failure and a thread
+  dump), before they can end with one ``error:`` line (``peer_failure``)."""
+  try:
+    from jax._src.lib import _jax
+  except ImportError:  # pragma: no cover (JAX moved its runtime bindings)
+    yield
+    return
+  original = getattr(_jax, "get_distributed_runtime_service", None)
+  if original is None or os.environ.get("FEDJAX_SEL_SERVICE_IN_PROCESS"):  # pragma: no cover
+    yield
+    return
+
+  def service(address, num_nodes, heartbeat_timeout=None, shutdown_timeout=None, **unused):
+    from fedjax_sel.core import coordinator
+
+    heartbeat = heartbeat_timeout or 100
+    # orphaned (process 0 lost), it serves on until the others noticed: a stale beat
+    linger = peer_failure.stale_after(heartbeat) + 5 * peer_failure.BEAT_S + 2
+    return coordinator.start(address, num_nodes, heartbeat, shutdown_timeout or 300, linger)
+
+  _jax.get_distributed_runtime_service = service
+  try:
+    yield
+  finally:
+    _jax.get_distributed_runtime_service = original
 
 
 @contextlib.contextmanager
@@ -216,10 +257,9 @@ def fail(message: str, code: int = 2):
   """Prints ``error: message`` and ends the process. Once the processes are joined it ends at
   once (``os._exit``): a normal exit would first wait for the others at JAX's shutdown
   barrier, for up to --distributed_timeout seconds."""
-  print(f"error: {message}", file=sys.stderr, flush=True)
   if jax.distributed.is_initialized():
-    sys.stdout.flush()
-    os._exit(code)
+    peer_failure.exit_with(message, code)  # the others name this process and its reason
+  print(f"error: {message}", file=sys.stderr, flush=True)
   sys.exit(code)
 
 

@@ -18,7 +18,7 @@ import numpy as np
 from absl import logging
 
 from fedjax_sel import data
-from fedjax_sel.core import checkpoint, distributed
+from fedjax_sel.core import checkpoint, distributed, peer_failure
 from fedjax_sel.core import simulation as sim_lib
 from fedjax_sel.experiment.build import build, load_data
 from fedjax_sel.experiment.config import (
@@ -134,7 +134,7 @@ def _setup(c, output_dir, resume, dataset, simulation) -> _Setup:
         logging.warning("starting afresh in %s: removing its old checkpoints", output_dir)
         checkpoint.clear(output_dir)
   except (ValueError, TypeError, OSError) as e:
-    if isinstance(e, ConfigError):
+    if isinstance(e, ConfigError) or peer_failure.is_peer_failure(e):
       raise
     raise ConfigError(one_line(e)) from e
   return _Setup(sim, dataset, state, history, seconds_before)
@@ -177,9 +177,21 @@ def run(
   """
   output_dir = output_dir or c.output_dir
   resume = c.resume if resume is None else resume
+  try:
+    return _run(c, output_dir, resume, progress, dataset, write_plots, simulation)
+  except (ConfigError, Interrupted, NonFiniteModelError, KeyboardInterrupt):
+    raise
+  except Exception as e:  # several processes: a lost peer, or this process's own failure
+    if distributed.multiprocess():
+      peer_failure.report(e)  # one error: line in every process, exit code 2
+    raise
+
+
+def _run(c, output_dir, resume, progress, dataset, write_plots, simulation) -> dict:
   with _StopRequested() as stop, contextlib.ExitStack() as closing:
     setup = _setup(c, output_dir, resume, dataset, simulation)
     sim, dataset, state, history, seconds_before = setup
+    peer_failure.set_run(output_dir)
     metrics_path = os.path.join(output_dir, "metrics.jsonl")
     # several processes (jax.distributed): process 0 writes the files, all run the rounds
     primary = distributed.is_primary()
@@ -199,6 +211,7 @@ def run(
         t,
         {"seconds": seconds, "num_records": len(history), "config": fingerprint},
       )
+      peer_failure.note_checkpoint(t)
 
     def finish(**why):
       summary = _summary(history, state, sim, c, **why)
