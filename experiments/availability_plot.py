@@ -26,6 +26,7 @@ import jax
 import numpy as np
 from absl import app, flags, logging
 
+from experiments import common
 from fedjax_sel import availability, data
 from fedjax_sel.availability import visualize
 from fedjax_sel.core.types import ClientInfo
@@ -171,13 +172,31 @@ def define_flags() -> None:
   flags.DEFINE_integer("seed", 0, "availability seed")
 
 
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+def check_flags(argv) -> tuple[int, int]:
+  """The flags, checked before anything runs: ``(num_clients, num_rounds)`` to plot.
+
+  Raises:
+    ValueError: a bad flag value, named with what is allowed.
+  """
+  common.check_arguments(argv)
+  if FLAGS.dataset not in data.DATASETS:
+    raise common.UsageError(f"--dataset={FLAGS.dataset!r}; allowed: {', '.join(data.DATASETS)}")
+  for name, low in (("num_clients", 1), ("rounds", 1), ("seed", 0)):
+    if FLAGS[name].value < low:
+      raise common.UsageError(f"--{name}={FLAGS[name].value}; allowed: an integer >= {low}")
+  out = FLAGS.output_dir
+  if os.path.exists(out) and not os.path.isdir(out):
+    raise common.UsageError(f"--output_dir={out!r} is a file; allowed: a folder")
   quick = FLAGS.quick or bool(os.environ.get(TINY_ENV))
   num_clients = min(FLAGS.num_clients, 10) if quick else FLAGS.num_clients
   num_rounds = min(FLAGS.rounds, 24) if quick else FLAGS.rounds
-  out = run(FLAGS.output_dir, FLAGS.dataset, num_clients, num_rounds, FLAGS.seed)
+  return num_clients, num_rounds
+
+
+def main(argv):
+  num_clients, num_rounds = common.checked(check_flags, argv)
+  with common.user_errors():  # a dataset that is not available offline
+    out = run(FLAGS.output_dir, FLAGS.dataset, num_clients, num_rounds, FLAGS.seed)
   print(out["markdown"])
   print(f"figures: {', '.join(out['figures'])}")
   logging.info("done")
@@ -185,4 +204,4 @@ def main(argv):
 
 if __name__ == "__main__":
   define_flags()
-  app.run(main)
+  app.run(main, flags_parser=common.parse_flags)

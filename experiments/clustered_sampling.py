@@ -32,7 +32,6 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 from absl import app, flags, logging
-from ml_collections import config_flags
 
 from experiments import common, numpy1_ties
 from fedjax_sel import experiment, selection, similarity
@@ -82,9 +81,7 @@ def define_flags():
     "",
     f"one-class client orders, any of {CLIENT_ORDERS} ('' = the config's)",
   )
-  return config_flags.DEFINE_config_file(
-    "config", CONFIG_FILE, "the paper's settings (ml_collections config file)"
-  )
+  return common.define_config_file(CONFIG_FILE, "the paper's settings (ml_collections config file)")
 
 
 # ------------------------------------------------------------------------------ data
@@ -543,13 +540,7 @@ def run_all(
   if classes_rounds is None:
     classes_rounds = int(cfg.one_class.get("classes_rounds", 0))
   os.makedirs(output_dir, exist_ok=True)
-  base = ml_collections.ConfigDict(cfg.base.to_dict())
-  base.dataset = dataset
-  base.data_dir = data_dir
-  if dataset == "cifar10":
-    base.model = "cnn_cifar"
-  elif dataset == "mnist":
-    base.model = "mlp"
+  base = study_base(cfg, dataset, data_dir)
   groups = tuple(tuple(g) for g in cfg.dirichlet.groups)
   method_keys = list(methods) or cfg.method_order.split(",")
   check_methods(cfg, method_keys)
@@ -685,35 +676,69 @@ def run_all(
   return out
 
 
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+def study_base(cfg, dataset: str, data_dir: str) -> ml_collections.ConfigDict:
+  """The experiment config every cell starts from: the config's base on ``dataset``."""
+  base = ml_collections.ConfigDict(cfg.base.to_dict())
+  base.dataset = dataset
+  base.data_dir = data_dir
+  if dataset == "cifar10":
+    base.model = "cnn_cifar"
+  elif dataset == "mnist":
+    base.model = "mlp"
+  return base
+
+
+def check_config(argv) -> dict:
+  """The binary's flags and config, checked before anything runs: ``run_all``'s arguments.
+
+  Raises:
+    ValueError: a bad flag or config value (the experiment config of every method checked as
+      ``common.run_cells`` would check it, on the Dirichlet set-up's clients), named with
+      what is allowed.
+  """
+  common.check_arguments(argv)
   f = flags.FLAGS
   if not f.output_dir:
-    raise app.UsageError("--output_dir is required")
+    raise common.UsageError("--output_dir is required; allowed: a folder for the results")
   cfg = _CONFIG[0].value
   parts = [s for s in f.parts.split(",") if s]
   bad = sorted(set(parts) - set(PARTS))
   if bad:
-    raise app.UsageError(f"unknown parts {bad}; allowed: {', '.join(PARTS)}")
+    raise common.UsageError(f"unknown parts {bad}; allowed: {', '.join(PARTS)}")
   methods = [s for s in f.methods.split(",") if s]
   bad = sorted(set(methods) - set(cfg.methods.keys()))
   if bad:
-    raise app.UsageError(f"unknown methods {bad}; allowed: {', '.join(cfg.methods.keys())}")
+    raise common.UsageError(f"unknown methods {bad}; allowed: {', '.join(cfg.methods.keys())}")
   if f.dataset not in loaders.REAL_DATASETS:
-    raise app.UsageError(f"--dataset={f.dataset!r}; allowed: {', '.join(loaders.REAL_DATASETS)}")
+    raise common.UsageError(f"--dataset={f.dataset!r}; allowed: {', '.join(loaders.REAL_DATASETS)}")
   client_orders = [s for s in f.client_orders.split(",") if s]
   bad = sorted(set(client_orders) - set(CLIENT_ORDERS))
   if bad:
-    raise app.UsageError(f"unknown client orders {bad}; allowed: {', '.join(CLIENT_ORDERS)}")
-  alphas = [float(s) for s in f.alphas.split(",") if s]
+    raise common.UsageError(f"unknown client orders {bad}; allowed: {', '.join(CLIENT_ORDERS)}")
+  try:
+    alphas = [float(s) for s in f.alphas.split(",") if s]
+  except ValueError:
+    raise common.UsageError(
+      f"--alphas={f.alphas!r}; allowed: comma-separated numbers > 0, e.g. 0.01,10"
+    ) from None
   seeds = common.parse_seeds(f.seeds)
   if f.quick and not f["seeds"].present:
     seeds = seeds[:1]
-  tables = run_all(
-    cfg,
-    f.output_dir,
-    seeds,
+  keys = methods or sorted(
+    set(cfg.method_order.split(",")) | set(cfg.one_class.method_order.split(","))
+  )
+  bad = sorted(set(keys) - set(cfg.methods.keys()))
+  if bad:
+    raise ValueError(f"method_order names {bad}; allowed: {', '.join(cfg.methods.keys())}")
+  check_methods(cfg, keys)
+  base = study_base(cfg, f.dataset, f.data_dir)
+  num_clients = sum(int(n) for n, _ in (QUICK_GROUPS if f.quick else cfg.dirichlet.groups))
+  cells = [cell_config(base, cfg.methods[k], num_clients=num_clients) for k in keys]
+  common.validate_cells(cells, seeds)
+  return dict(
+    cfg=cfg,
+    output_dir=f.output_dir,
+    seeds=seeds,
     quick=f.quick,
     rounds=f.rounds,
     resume=f.resume,
@@ -724,13 +749,19 @@ def main(argv):
     parts=parts,
     client_orders=client_orders,
   )
+
+
+def main(argv):
+  args = common.checked(check_config, argv)
+  with common.user_errors():
+    tables = run_all(**args)
   for text in tables.values():
     print(text)
-  print(f"results: {f.output_dir}/")
+  print(f"results: {args['output_dir']}/")
 
 
 _CONFIG = []
 
 if __name__ == "__main__":
   _CONFIG.append(define_flags())
-  app.run(main)
+  app.run(main, flags_parser=common.parse_flags)

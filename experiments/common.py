@@ -10,17 +10,22 @@ run as one vectorized program each (``run_cells``, ``fedjax_sel.experiment.run_b
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import json
 import os
+import re
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
+from typing import NoReturn
 
 import jax
 import ml_collections
 import numpy as np
 from absl import app, flags, logging
+from ml_collections import config_flags
 
-from fedjax_sel import experiment
+from fedjax_sel import data, experiment
 from fedjax_sel.core import distributed
 from fedjax_sel.metrics import results
 
@@ -56,6 +61,127 @@ def _join_processes() -> None:
     distributed.initialize_from_flags()
   except distributed.LaunchError as e:
     distributed.fail(str(e), 2)
+
+
+# ----------------------------------------------------------------------------- command line
+# Every binary (``experiments.run`` and the study binaries) ends a bad flag or config value the
+# same way: one line ``error: <the bad value and what is allowed>`` on stderr, exit code 2, no
+# traceback. Its flags parse through ``parse_flags``; its own checks of flags and config run in
+# ``checked`` before anything heavy; its run sits in ``user_errors``.
+
+
+class UsageError(ValueError):
+  """A bad command line or config; its message is one line (exit code 2)."""
+
+
+def fail(message: str | BaseException, code: int = 2) -> NoReturn:
+  """Prints ``error: <message on one line>`` on stderr and ends the process with ``code``
+  (``distributed.fail``: at once in a multi-process run, whose peers would else wait)."""
+  distributed.fail(experiment.one_line(message), code)
+
+
+def parse_or_raise(argv: list[str]) -> list[str]:
+  """Parses ``argv`` into ``flags.FLAGS`` (and ``--config.<field>`` overrides); returns the
+  positional arguments.
+
+  Raises:
+    UsageError: a bad flag value, an unknown flag or config field, a --config file that does
+      not import; one line naming it.
+  """
+  try:
+    return flags.FLAGS(argv)
+  except flags.Error as e:
+    raise UsageError(experiment.one_line(e)) from None
+  except Exception as e:  # a --config file that fails to import (SyntaxError, ...)
+    raise _config_error(e, argv) from None
+
+
+def _config_error(e: Exception, argv: list[str]) -> UsageError:
+  """The one-line UsageError of an exception raised while ml_collections loads --config."""
+  text = str(e).replace("\\'", "'")
+  field = re.match(r"""["']*([\w.]+)["']*""", text)
+  paths = [a[2:].split("=")[0] for a in argv if a.startswith("--config.")]
+  named = [
+    p
+    for p in paths
+    if field and (p == f"config.{field.group(1)}" or p.endswith(f".{field.group(1)}"))
+  ]
+  if isinstance(e, (KeyError, AttributeError)) and named:
+    # --config.<no such field>=...; ml_collections may add a "Did you mean" line
+    hint = "".join(f"; {line.strip()}" for line in text.splitlines()[1:] if line.strip())
+    return UsageError(f"--{named[0]}: no such field in the --config file's config{hint}")
+  return UsageError(f"--config: {experiment.one_line(e)}")
+
+
+def define_config_file(default: str, help_text: str):
+  """``config_flags.DEFINE_config_file("config", default, help_text)`` of a study binary.
+
+  With a default file, ml_collections loads it, and applies the ``--config.<field>=...``
+  overrides of ``sys.argv``, while defining the flag: a bad override (no such field, a value
+  of the wrong type) ends in one ``error:`` line, exit code 2, as at ``parse_flags``.
+  """
+  try:
+    return config_flags.DEFINE_config_file("config", default, help_text)
+  except flags.Error as e:
+    fail(e, 2)
+  except Exception as e:  # a config file that fails to import, an unknown field
+    fail(_config_error(e, sys.argv), 2)
+
+
+def parse_flags(argv: list[str]) -> list[str]:
+  """The ``flags_parser`` of the binaries (``app.run(main, flags_parser=parse_flags)``): a bad
+  flag or ``--config.<field>`` value ends in one ``error:`` line, exit code 2."""
+  try:
+    return parse_or_raise(argv)
+  except UsageError as e:
+    fail(e, 2)
+
+
+def check_arguments(argv: list[str]) -> None:
+  """UsageError for positional arguments (the binaries take ``--flag=value`` only)."""
+  if len(argv) > 1:
+    raise UsageError(f"unexpected arguments {argv[1:]}; allowed: --flag=value only")
+
+
+def checked(check: Callable[..., object], *args, **kwargs):
+  """``check(*args, **kwargs)``: a binary's checks of its flags and config, run before
+  anything heavy. A ValueError or TypeError (a bad value: the study's own checks,
+  ``experiment.validate_config``, a component's constructor) or an ``app.UsageError`` ends
+  the process with one ``error:`` line and exit code 2. Only this up-front path turns
+  exceptions into usage errors; one raised later, mid-run, keeps its traceback."""
+  try:
+    return check(*args, **kwargs)
+  except (ValueError, TypeError, app.UsageError) as e:
+    fail(e, 2)
+
+
+def validate_cells(
+  configs: Iterable[ml_collections.ConfigDict],
+  seeds: list[int],
+  availability_seed_per_seed: bool = False,
+) -> None:
+  """The checks ``run_cells`` (``experiment.run_batch``) makes of every (cell, seed) config,
+  made up front: ``experiment.validate_config`` and the components' constructors.
+
+  Raises:
+    ValueError: the first bad value, named with what is allowed.
+  """
+  for config in configs:
+    for seed in seeds:
+      experiment.validate_config(seed_config(config, seed, availability_seed_per_seed))
+    experiment.make_components(config)
+
+
+@contextlib.contextmanager
+def user_errors(*extra: type[BaseException]) -> Iterator[None]:
+  """Around a study's run: the user errors found only once it runs (``experiment.ConfigError``:
+  a folder holding another config's checkpoint, an unreadable file ...; a missing dataset,
+  ``data.DatasetNotFoundError``; and ``extra``) end in one ``error:`` line, exit code 2.
+  Any other exception is a bug and keeps its traceback."""
+  try:
+    yield
+  except (experiment.ConfigError, data.DatasetNotFoundError, *extra) as e:
+    fail(e, 2)
 
 
 def parse_seeds(text: str) -> list[int]:

@@ -20,6 +20,7 @@ import sys
 
 from absl import app, flags
 
+from experiments import common
 from fedjax_sel.metrics import results
 
 FORMATS = ("md", "csv")
@@ -42,11 +43,6 @@ flags.DEFINE_string(
 FLAGS = flags.FLAGS
 
 USAGE = "give one or more run folders, e.g. python -m experiments.compare runs/a runs/b"
-
-
-def _fail(message: str, code: int = 2):
-  print(f"error: {message}", file=sys.stderr)
-  sys.exit(code)
 
 
 def plot_path() -> str:
@@ -75,11 +71,8 @@ def check_flags(argv: list[str]) -> list[str]:
 
 
 def main(argv):
-  try:
-    folders = check_flags(argv)
-    rows = results.compare(folders, metric=FLAGS.metric)
-  except ValueError as e:
-    _fail(str(e))
+  folders = common.checked(check_flags, argv)
+  rows = common.checked(results.compare, folders, metric=FLAGS.metric)  # ValueError: bad folders
   print(results.compare_table(rows, FLAGS.format), end="")
   path = plot_path()
   results.plot_compare(rows, path)
@@ -91,12 +84,5 @@ def main(argv):
   print(f"plot: {path}", file=sys.stderr)
 
 
-def _parse_flags(argv):
-  try:
-    return FLAGS(argv)
-  except flags.Error as e:
-    _fail(str(e).splitlines()[0] if str(e) else type(e).__name__)
-
-
 if __name__ == "__main__":
-  app.run(main, flags_parser=_parse_flags)
+  app.run(main, flags_parser=common.parse_flags)

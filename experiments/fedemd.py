@@ -38,7 +38,6 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 from absl import app, flags, logging
-from ml_collections import config_flags
 
 from experiments import common
 from fedjax_sel import experiment
@@ -530,18 +529,30 @@ FLAGS = flags.FLAGS
 def define_flags() -> None:
   """The binary's flags (defined in ``__main__`` only, so importing this module is safe)."""
   common.define_flags(default_seeds="0,1,2")
-  config_flags.DEFINE_config_file("config", _DEFAULT_CONFIG, "study config (ml_collections)")
+  common.define_config_file(_DEFAULT_CONFIG, "study config (ml_collections)")
 
 
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+def check_config(argv) -> tuple[ml_collections.ConfigDict, list[int]]:
+  """The binary's flags and config, checked before anything runs: ``(config, seeds)``.
+
+  Raises:
+    ValueError: a bad value (the study's own checks, then every cell's experiment config
+      for every seed, as ``common.run_cells`` would check them), named with what is allowed.
+  """
+  common.check_arguments(argv)
   quick = FLAGS.quick or bool(os.environ.get(TINY_ENV))
   seeds = common.parse_seeds(FLAGS.seeds)
   if quick and not FLAGS["seeds"].present:
     seeds = seeds[:1]
   config = prepare_config(FLAGS.config, quick=quick, rounds=FLAGS.rounds, data_dir=FLAGS.data_dir)
-  out = run_study(config, FLAGS.output_dir or "runs/fedemd", seeds, resume=FLAGS.resume)
+  common.validate_cells([cell_config(config, m) for m in config.methods], seeds)
+  return config, seeds
+
+
+def main(argv):
+  config, seeds = common.checked(check_config, argv)
+  with common.user_errors():
+    out = run_study(config, FLAGS.output_dir or "runs/fedemd", seeds, resume=FLAGS.resume)
   print(out["markdown"])
   print(f"figures: {', '.join(out['figures'])}")
   logging.info("done")
@@ -549,4 +560,4 @@ def main(argv):
 
 if __name__ == "__main__":
   define_flags()
-  app.run(main)
+  app.run(main, flags_parser=common.parse_flags)

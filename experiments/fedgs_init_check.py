@@ -17,10 +17,30 @@ import argparse
 import time
 
 from benchmarks import _common as C
+from experiments import common
+
+
+class _Parser(argparse.ArgumentParser):
+  def error(self, message):  # one ``error:`` line, exit code 2 (argparse adds a usage line)
+    common.fail(message, 2)
+
+
+def check_config(a: argparse.Namespace):
+  """The experiment config of the run, checked before anything runs (ValueError if bad)."""
+  from experiments.configs import fedgs_table2 as config_lib
+  from fedjax_sel import experiment
+
+  c = config_lib.fashion_mnist_base()
+  c.availability, c.selection, c.data_dir = "idl", "uniform", a.data_dir
+  c.input_normalization, c.partition = a.input_normalization, a.partition
+  c.param_init = a.init
+  experiment.validate_config(c)
+  experiment.make_components(c)
+  return c
 
 
 def main(argv: list[str] | None = None) -> int:
-  p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  p = _Parser(description=__doc__.split("\n")[0])
   p.add_argument("--input_normalization", choices=("unit", "standardize"), default="standardize")
   p.add_argument("--partition", choices=("easyfl_quantity", "shards"), default="easyfl_quantity")
   p.add_argument("--init", choices=("flax", "torch"), default="flax")
@@ -30,17 +50,16 @@ def main(argv: list[str] | None = None) -> int:
   a = p.parse_args(argv)
   if a.rounds < 5 or a.rounds % 5:
     p.error(f"--rounds={a.rounds}; allowed: multiples of 5")
+  if a.cpu_devices < 0:
+    p.error(f"--cpu_devices={a.cpu_devices}; allowed: an integer >= 0 (0 = JAX's default)")
   if a.cpu_devices:
     C.set_cpu_devices(a.cpu_devices)
-  from experiments.configs import fedgs_table2 as config_lib
   from fedjax_sel import experiment
   from fedjax_sel.core import simulation as sim_lib
 
-  c = config_lib.fashion_mnist_base()
-  c.availability, c.selection, c.data_dir = "idl", "uniform", a.data_dir
-  c.input_normalization, c.partition = a.input_normalization, a.partition
-  c.param_init = a.init
-  sim, _ = experiment.build(c)
+  c = common.checked(check_config, a)
+  with common.user_errors():  # the Fashion-MNIST files are not in --data_dir
+    sim, _ = experiment.build(c)
   state = sim.init(0)
   t0 = time.perf_counter()
   for r in range(5, a.rounds + 1, 5):

@@ -30,7 +30,6 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 from absl import app, flags, logging
-from ml_collections import config_flags
 
 from experiments import common
 from experiments.configs import fedgs_table2 as config_lib
@@ -242,9 +241,7 @@ def define_flags():
     f"and the config's extra_methods; --quick: {QUICK_METHODS})",
   )
   flags.DEFINE_string("modes", "", "subset of the availability modes ('' = each dataset's)")
-  return config_flags.DEFINE_config_file(
-    "config", CONFIG_FILE, "the paper's settings (ml_collections config file)"
-  )
+  return common.define_config_file(CONFIG_FILE, "the paper's settings (ml_collections config file)")
 
 
 def split_names(text: str, allowed: Sequence[str], what: str) -> list[str]:
@@ -317,9 +314,13 @@ class Column:
 
 
 def cell_config(
-  column: Column, method: ml_collections.ConfigDict, mode: ml_collections.ConfigDict
+  column: Column,
+  method: ml_collections.ConfigDict,
+  mode: ml_collections.ConfigDict,
+  oracle: bool = True,
 ) -> ml_collections.ConfigDict:
-  """The experiment config of one (dataset, method, availability mode) cell."""
+  """The experiment config of one (dataset, method, availability mode) cell; ``oracle=False``
+  leaves out Synthetic's oracle features (which load the data), for the up-front checks."""
   c = ml_collections.ConfigDict(column.base.to_dict())
   c.selection = method.selection
   c.selection_hparams = ml_collections.ConfigDict(method.selection_hparams.to_dict())
@@ -329,7 +330,8 @@ def cell_config(
   c.availability_hparams = ml_collections.ConfigDict(mode.availability_hparams.to_dict())
   hp = c.selection_hparams
   if (
-    c.selection == "fedgs"
+    oracle
+    and c.selection == "fedgs"
     and hp.get("similarity", "oracle") == "oracle"
     and c.dataset == "synthetic"
   ):
@@ -722,6 +724,22 @@ def table4(columns, cfg, runs2, output_dir, seeds, resume, alphas, mode_filter=(
 # ------------------------------------------------------------------------------ main
 
 
+def study_columns(cfg, datasets: Sequence[str], quick: bool, data_dir: str, rounds: int):
+  """The dataset columns (default: Synthetic, and the real ones when ``data_dir`` is given)."""
+  if not datasets:
+    datasets = ["synthetic"] + (list(REAL_DATASETS) if data_dir else [])
+  return [Column(d, cfg.datasets[d], quick, data_dir, rounds) for d in datasets]
+
+
+def study_methods(cfg, methods: Sequence[str], quick: bool) -> list[str]:
+  """The method rows (default: the paper's, or ``QUICK_METHODS`` with ``quick``)."""
+  method_keys = list(methods) or (QUICK_METHODS if quick else cfg.method_order).split(",")
+  unknown = sorted(set(method_keys) - set(cfg.methods.keys()))
+  if unknown:
+    raise ValueError(f"unknown methods {unknown}; allowed: {', '.join(cfg.methods.keys())}")
+  return method_keys
+
+
 def run_all(
   cfg: ml_collections.ConfigDict,
   output_dir: str,
@@ -738,13 +756,8 @@ def run_all(
 ) -> dict[str, str]:
   """Runs the requested parts and writes their tables/figures; returns {part: markdown}."""
   cfg = apply_fmnist_protocol(cfg)
-  if not datasets:
-    datasets = ["synthetic"] + (list(REAL_DATASETS) if data_dir else [])
-  columns = [Column(d, cfg.datasets[d], quick, data_dir, rounds) for d in datasets]
-  method_keys = list(methods) or (QUICK_METHODS if quick else cfg.method_order).split(",")
-  unknown = sorted(set(method_keys) - set(cfg.methods.keys()))
-  if unknown:
-    raise ValueError(f"unknown methods {unknown}; allowed: {', '.join(cfg.methods.keys())}")
+  columns = study_columns(cfg, datasets, quick, data_dir, rounds)
+  method_keys = study_methods(cfg, methods, quick)
   os.makedirs(output_dir, exist_ok=True)
   out = {}
   runs2 = {}
@@ -761,52 +774,66 @@ def run_all(
   return out
 
 
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+def check_config(argv) -> dict:
+  """The binary's flags and config, checked before anything runs: ``run_all``'s arguments.
+
+  Raises:
+    ValueError: a bad flag or config value (the experiment config of every Table 2 cell
+      checked as ``common.run_cells`` would check it), named with what is allowed.
+  """
+  common.check_arguments(argv)
   f = flags.FLAGS
   if not f.output_dir:
-    raise app.UsageError("--output_dir is required")
+    raise common.UsageError("--output_dir is required; allowed: a folder for the results")
   cfg = _CONFIG[0].value
-  try:
-    datasets = split_names(f.datasets, list(cfg.datasets.keys()), "datasets")
-    text = f.methods
-    if text.strip() == "all":
-      text = cfg.method_order + "," + cfg.get("extra_methods", "")
-    methods = split_names(text, list(cfg.methods.keys()), "methods")
-    modes = split_names(f.modes, list(cfg.modes.keys()), "modes")
-    parts = split_names(f.parts, PARTS, "parts")
-    seeds = common.parse_seeds(f.seeds)
-    apply_fmnist_protocol(cfg)  # validates --config.fmnist_protocol
-  except ValueError as e:
-    raise app.UsageError(str(e)) from None
+  datasets = split_names(f.datasets, list(cfg.datasets.keys()), "datasets")
+  text = f.methods
+  if text.strip() == "all":
+    text = cfg.method_order + "," + cfg.get("extra_methods", "")
+  methods = split_names(text, list(cfg.methods.keys()), "methods")
+  modes = split_names(f.modes, list(cfg.modes.keys()), "modes")
+  parts = split_names(f.parts, PARTS, "parts")
+  seeds = common.parse_seeds(f.seeds)
   if f.quick and not f["seeds"].present:
     seeds = seeds[:1]
-  try:
-    tables = run_all(
-      cfg,
-      f.output_dir,
-      seeds,
-      quick=f.quick,
-      data_dir=f.data_dir,
-      rounds=f.rounds,
-      resume=f.resume,
-      datasets=datasets,
-      methods=methods,
-      modes=modes,
-      parts=parts,
-    )
-  except (data_lib.DatasetNotFoundError, ProtocolMismatchError) as e:
-    # One line, no traceback: the message names the dataset and how to get it, or the
-    # folder that holds another protocol's runs.
-    raise SystemExit(f"error: {e}") from None
+  protocol = apply_fmnist_protocol(cfg)  # validates --config.fmnist_protocol
+  method_keys = study_methods(protocol, methods, f.quick)
+  for col in study_columns(protocol, datasets, f.quick, f.data_dir, f.rounds):
+    cells = [
+      cell_config(col, protocol.methods[mk], protocol.modes[mode], oracle=False)
+      for mode in col.modes
+      if not modes or mode in modes
+      for mk in method_keys
+    ]
+    common.validate_cells(cells, seeds, col.availability_seed_per_seed)
+  return dict(
+    cfg=cfg,
+    output_dir=f.output_dir,
+    seeds=seeds,
+    quick=f.quick,
+    data_dir=f.data_dir,
+    rounds=f.rounds,
+    resume=f.resume,
+    datasets=datasets,
+    methods=methods,
+    modes=modes,
+    parts=parts,
+  )
+
+
+def main(argv):
+  args = common.checked(check_config, argv)
+  # One line, no traceback: the message names the dataset and how to get it, or the folder
+  # that holds another protocol's runs.
+  with common.user_errors(ProtocolMismatchError):
+    tables = run_all(**args)
   for part, text in tables.items():
     print(text if part != "fig4" else f"Fig. 4: {text}")
-  print(f"results: {f.output_dir}/")
+  print(f"results: {args['output_dir']}/")
 
 
 _CONFIG = []
 
 if __name__ == "__main__":
   _CONFIG.append(define_flags())
-  app.run(main)
+  app.run(main, flags_parser=common.parse_flags)

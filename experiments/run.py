@@ -15,12 +15,12 @@ summary.json, curves.png and checkpoints/ to --output_dir. Exit code 2 on bad in
 from __future__ import annotations
 
 import ast
-import re
 import sys
 
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from experiments.common import UsageError, parse_flags, parse_or_raise
 from fedjax_sel import experiment
 from fedjax_sel.core import distributed
 from fedjax_sel.metrics import results
@@ -203,10 +203,6 @@ def resolve_config():
   return config
 
 
-class UsageError(ValueError):
-  """A bad command line or config; its message is one line (exit code 2)."""
-
-
 def config_from_argv(argv: list[str]):
   """Parses ``argv`` (argv[0] is the program), resolves and validates the config.
 
@@ -223,30 +219,10 @@ def config_from_argv(argv: list[str]):
         delattr(FLAGS, name)
     sys.modules.pop("config_config", None)  # the module ml_collections imports the file as
     FLAGS.unparse_flags()
-    rest = _parse_or_raise(argv)
+    rest = parse_or_raise(argv)
     return check_config(rest)
   finally:
     sys.argv = old_argv
-
-
-def _parse_or_raise(argv):
-  try:
-    return FLAGS(argv)
-  except flags.Error as e:
-    raise UsageError(experiment.one_line(e)) from None
-  except Exception as e:  # a --config file that fails to import (SyntaxError, ...)
-    text = str(e).replace("\\'", "'")
-    field = re.match(r"""["']*([\w.]+)["']*""", text)
-    if (
-      isinstance(e, (KeyError, AttributeError))
-      and field
-      and any(a.startswith(f"--config.{field.group(1)}") for a in argv)
-    ):  # --config.<no such field>=...; ml_collections may add a "Did you mean" line
-      hint = "".join(f"; {line.strip()}" for line in text.splitlines()[1:] if line.strip())
-      raise UsageError(
-        f"--config.{field.group(1)}: no such field in the --config file's config{hint}"
-      ) from None
-    raise UsageError(f"--config: {experiment.one_line(e)}") from None
 
 
 def check_config(rest):
@@ -385,12 +361,5 @@ def _print_seeds(config, seeds, summary):
   print(f"results: {config.output_dir}/ (summary.json, curves.png; seed<k>/ for each seed)")
 
 
-def _parse_flags(argv):
-  try:
-    return _parse_or_raise(argv)
-  except UsageError as e:
-    _fail(str(e), 2)
-
-
 if __name__ == "__main__":
-  app.run(main, flags_parser=_parse_flags)
+  app.run(main, flags_parser=parse_flags)
