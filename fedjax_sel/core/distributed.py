@@ -27,7 +27,7 @@ import threading
 import jax
 import numpy as np
 
-from fedjax_sel.core import peer_failure
+from fedjax_sel.core import logs, peer_failure
 from fedjax_sel.core.registry import is_integer
 
 # seconds a process waits for the others (and the coordinator) before it gives up
@@ -344,6 +344,8 @@ def initialize_from_flags() -> int:
   from absl import flags
 
   f = flags.FLAGS
+  # every binary starts here: the libraries' INFO chatter off unless --verbosity is given
+  logs.quiet_libraries(logs.verbosity_given())
   return initialize(
     f.coordinator_address or None,
     f.num_processes,
