@@ -395,6 +395,7 @@ def launch_local(
   timeout_s: float | None = None,
   env: dict | None = None,
   log_dir: str | None = None,
+  first_failure: list | None = None,
 ) -> list[int]:
   """Runs N processes of one multi-process run on this machine (CPU devices, gloo) and
   returns their exit codes (process 0 first).
@@ -404,6 +405,8 @@ def launch_local(
   stopped (SIGTERM, then SIGKILL after 10 s); after ``timeout_s`` seconds all of them are
   killed (exit code -9), so a launch never hangs forever. SIGINT/SIGTERM to the launcher
   are passed on to every process (they checkpoint and stop at the same round).
+  ``first_failure`` (a list) receives ``(process, exit code)`` of the first process seen to
+  fail: the cause, where the others' failures follow from it.
   """
   import signal
   import subprocess
@@ -436,7 +439,9 @@ def launch_local(
     # running one and never see a later one fail)
     while any([p.poll() is None for p in procs]):
       now = time.monotonic()
-      failed = any(p.returncode not in (None, 0) for p in procs)
+      failed = [i for i, p in enumerate(procs) if p.returncode not in (None, 0)]
+      if failed and first_failure is not None and not first_failure:
+        first_failure.append((failed[0], procs[failed[0]].returncode))
       if failed and stop_at is None:
         stop_at = now + 10.0
         forward(signal.SIGTERM, None)
@@ -454,4 +459,20 @@ def launch_local(
       p.wait()
     for f in logs:
       f.close()
-  return [p.returncode for p in procs]
+  codes = [p.returncode for p in procs]
+  if first_failure is not None and not first_failure and any(codes):
+    i = next(i for i, c in enumerate(codes) if c)
+    first_failure.append((i, codes[i]))
+  return codes
+
+
+def describe_exit(code: int) -> str:
+  """``exit code 2`` / ``exit code -9 (killed by SIGKILL)``."""
+  import signal
+
+  if code < 0:
+    try:
+      return f"exit code {code} (killed by {signal.Signals(-code).name})"
+    except ValueError:  # pragma: no cover
+      return f"exit code {code}"
+  return f"exit code {code}"

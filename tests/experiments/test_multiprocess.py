@@ -500,3 +500,53 @@ def test_a_long_two_process_run_logs_at_most_a_line_per_checkpoint(tmp_path, rou
     lines = [p for p in pieces if not re.search(r"\d+%\|", p)]  # tqdm's bar, redrawn with \r
     assert len(lines) <= 30, lines[:40]
     assert "Traceback" not in text and "Check failure" not in text
+
+
+def _pid_of(*parts):
+  """The pid of the process whose command line holds every one of ``parts`` (Linux)."""
+  for name in os.listdir("/proc"):
+    if name.isdigit():
+      try:
+        with open(f"/proc/{name}/cmdline", "rb") as f:
+          cmd = f.read().decode(errors="replace").split("\0")
+      except OSError:
+        continue
+      if all(p in cmd for p in parts):
+        return int(name)
+  return None
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="finds the process through /proc")
+def test_launch_local_reports_a_killed_process_and_its_command_resumes(uninterrupted, tmp_path):
+  """``python -m experiments.launch_local``: process 1 killed mid-run; the launcher ends
+  the others, exits with code 2 and one last ``error:`` line naming process 1, the last
+  checkpoint and its own command with --resume, which finishes the run exactly."""
+  out = str(tmp_path / "run")
+  cmd = [sys.executable, "-m", "experiments.launch_local", "--num_processes=2",
+         f"--process_logs={tmp_path / 'logs'}", "--", *LOST_ARGS, f"--output_dir={out}"]  # fmt: skip
+  launcher = subprocess.Popen(cmd, env=_env(), cwd=REPO, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True)  # fmt: skip
+  try:
+    deadline = time.monotonic() + TIMEOUT_S
+    while not _orbax_rounds(out) and time.monotonic() < deadline:
+      assert launcher.poll() is None, launcher.stderr.read()[-3000:]
+      time.sleep(0.005)
+    os.kill(_pid_of("--process_id=1", f"--output_dir={out}"), signal.SIGKILL)
+    _, err = launcher.communicate(timeout=120)
+  finally:
+    if launcher.poll() is None:
+      launcher.kill()
+      launcher.wait()
+  assert launcher.returncode == 2, err[-3000:]
+  lines = [ln for ln in err.splitlines() if ln.strip()]
+  assert lines[-1].startswith("error: process 1 of 2 ended with exit code -9 (killed by SIGKILL)")
+  assert "Traceback" not in err and "Check failure" not in err, err[-3000:]
+  last = _orbax_rounds(out)[-1]
+  assert f"the last checkpoint: round {last} in {out}" in lines[-1], lines[-1]
+  command = shlex.split(lines[-1].split("resume with: ", 1)[1])
+  assert command[:3] == ["python", "-m", "experiments.launch_local"] and command[-1] == "--resume"
+  done = subprocess.run([sys.executable, *command[1:]], env=_env(), cwd=REPO,
+                        capture_output=True, text=True, timeout=TIMEOUT_S)  # fmt: skip
+  assert done.returncode == 0, done.stderr[-3000:]
+  resumed = _read(out)
+  assert [r["test_loss"] for r in resumed[1]] == [r["test_loss"] for r in uninterrupted[1]]
