@@ -9,7 +9,7 @@ def test_progress_line_by_hand(monkeypatch, caplog):
   clock = iter([100.0, 105.0, 125.0])  # made, first report (after compile), second report
   monkeypatch.setattr(common.time, "monotonic", lambda: next(clock))
   log = common.progress_logger("fedemd seed 1", size=2)
-  with caplog.at_level(logging.INFO):
+  with caplog.at_level(logging.INFO, logger="absl"):  # absl's level may be WARNING by now
     log(10, 100, {"test_accuracy": 0.5})
     # 20 rounds in the 20 s since the first report: 1 s a round, 70 rounds left.
     log(30, 100, {"test_accuracy": 0.8125})
@@ -23,7 +23,7 @@ def test_progress_line_by_hand(monkeypatch, caplog):
 def test_progress_line_without_accuracy(monkeypatch, caplog):
   clock = iter([0.0, 2.0])
   monkeypatch.setattr(common.time, "monotonic", lambda: next(clock))
-  with caplog.at_level(logging.INFO):
+  with caplog.at_level(logging.INFO, logger="absl"):  # absl's level may be WARNING by now
     common.progress_logger("full seed 0")(5, 5, {"train_loss": 1.0})
   assert (
     caplog.records[-1].getMessage() == "full seed 0 (+0 more): round 5/5 after 2 s, about ? left"
