@@ -550,3 +550,38 @@ def test_launch_local_reports_a_killed_process_and_its_command_resumes(uninterru
   assert done.returncode == 0, done.stderr[-3000:]
   resumed = _read(out)
   assert [r["test_loss"] for r in resumed[1]] == [r["test_loss"] for r in uninterrupted[1]]
+
+
+def test_a_process_that_fails_by_itself_ends_both_with_one_line_each(tmp_path):
+  """Process 1 raises at its 4th stop check (round ~6; process 0 would go on): it ends
+  with code 2 and one line naming its error; process 0, whose next collective would wait,
+  ends with code 2 and one line naming process 1 and its reason; no traceback, no hang."""
+  out = str(tmp_path / "run")
+  commands = distributed.local_commands(
+    2, [*LOST_ARGS, f"--output_dir={out}"], module=os.path.join(os.path.dirname(AUDIT_RUN),
+                                                               "_failing_run.py"))  # fmt: skip
+  env = _env(FEDJAX_SEL_FAIL_PROCESS="1", FEDJAX_SEL_FAIL_AT="4")
+  results, seconds = [], time.monotonic()
+  procs = [subprocess.Popen(c, env=env, cwd=REPO, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True) for c in commands]  # fmt: skip
+  try:
+    for p in procs:
+      results.append((p.returncode, p.communicate(timeout=180)[1]))
+  finally:
+    for p in procs:
+      if p.poll() is None:
+        p.kill()
+        p.wait()
+  (_, err0), (_, err1) = results
+  codes = [p.returncode for p in procs]
+  assert codes == [2, 2], (codes, err0[-2000:], err1[-2000:])
+  line1 = _one_error_line(2, err1)
+  assert line1.startswith("error: process 1 of 2 failed (RuntimeError: injected failure"), line1
+  line0 = _one_error_line(2, err0)
+  assert line0.startswith("error: process 1 of 2 was lost (it failed with RuntimeError: "
+                          "injected failure"), line0  # fmt: skip
+  assert "--resume" in line0 and "--process_id=0" in line0
+  assert [ln for ln in err0.splitlines() if ln.strip()][-1] == line0
+  assert os.path.exists(os.path.join(out, "process_1.log"))  # the traceback went there
+  with open(os.path.join(out, "process_1.log")) as f:
+    assert "Traceback" in f.read()
