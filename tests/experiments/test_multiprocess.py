@@ -466,8 +466,8 @@ def test_a_process_killed_while_a_checkpoint_is_written(uninterrupted, tmp_path)
 @pytest.mark.parametrize(
   "rounds,eval_every",
   # the issue's 3,000-round run with -m slow (~40 s on two idle cores); in the default run
-  # the same 30 checkpoints in 300 rounds
-  [pytest.param(3000, 50, marks=pytest.mark.slow), (300, 5)],
+  # the same 30 checkpoints in 60 rounds
+  [pytest.param(3000, 50, marks=pytest.mark.slow), (60, 2)],
 )
 def test_a_long_two_process_run_logs_at_most_a_line_per_checkpoint(tmp_path, rounds, eval_every):
   """The issue's MIFA run (30 checkpoints): besides the progress bar, at most one log line
