@@ -184,6 +184,52 @@ def user_errors(*extra: type[BaseException]) -> Iterator[None]:
     fail(e, 2)
 
 
+TINY_ENV = "FEDJAX_SEL_TINY"  # tests: every study binary at its smallest (--quick and less)
+
+
+def define_study_flags(default_config: str) -> None:
+  """The flags of a study binary with a ``--config`` file: ``define_flags`` and the config."""
+  define_flags(default_seeds="0,1,2")
+  define_config_file(default_config, "study config (ml_collections)")
+
+
+def check_study(
+  argv: list[str],
+  prepare_config: Callable[..., ml_collections.ConfigDict],
+  cell_configs: Callable[[ml_collections.ConfigDict], list[ml_collections.ConfigDict]],
+) -> tuple[ml_collections.ConfigDict, list[int]]:
+  """A study binary's flags and config, checked before anything runs: ``(config, seeds)``.
+
+  ``prepare_config(config, quick=, rounds=, data_dir=)`` applies the study's own checks;
+  ``cell_configs(config)`` gives every cell's experiment config, each then checked for every
+  seed as ``run_cells`` would check it.
+
+  Raises:
+    ValueError: a bad value, named with what is allowed.
+  """
+  f = flags.FLAGS
+  check_arguments(argv)
+  quick = f.quick or bool(os.environ.get(TINY_ENV))
+  seeds = parse_seeds(f.seeds)
+  if quick and not f["seeds"].present:
+    seeds = seeds[:1]
+  config = prepare_config(f.config, quick=quick, rounds=f.rounds, data_dir=f.data_dir)
+  validate_cells(cell_configs(config), seeds)
+  return config, seeds
+
+
+def study_main(argv: list[str], check: Callable, run_study: Callable, default_output: str):
+  """The ``main`` of a study binary: checks (one ``error:`` line on bad input), runs
+  ``run_study(config, output_dir, seeds, resume=)`` and prints its table and figures."""
+  config, seeds = checked(check, argv)
+  f = flags.FLAGS
+  with user_errors():
+    out = run_study(config, f.output_dir or default_output, seeds, resume=f.resume)
+  print(out["markdown"])
+  print(f"figures: {', '.join(out['figures'])}")
+  logging.info("done")
+
+
 def parse_seeds(text: str) -> list[int]:
   try:
     seeds = [int(s) for s in text.split(",") if s.strip()]

@@ -34,7 +34,7 @@ from collections.abc import Callable
 import jax
 import ml_collections
 import numpy as np
-from absl import app, flags, logging
+from absl import app, flags
 
 from experiments import common
 from fedjax_sel import availability, experiment
@@ -56,7 +56,7 @@ METHODS = {
 # rounds on average).
 PROCESSES = ("redrawn", "markov")
 CR_METHODS = ("fdms", "fdms_cr", "fdms_cr_half")
-TINY_ENV = "FEDJAX_SEL_TINY"
+TINY_ENV = common.TINY_ENV
 
 
 def prepare_config(
@@ -500,34 +500,19 @@ FLAGS = flags.FLAGS
 
 def define_flags() -> None:
   """The binary's flags (defined in ``__main__`` only, so importing this module is safe)."""
-  common.define_flags(default_seeds="0,1,2")
-  common.define_config_file(_DEFAULT_CONFIG, "study config (ml_collections)")
+  common.define_study_flags(_DEFAULT_CONFIG)
 
 
 def check_config(argv) -> tuple[ml_collections.ConfigDict, list[int]]:
-  """The binary's flags and config, checked before anything runs: ``(config, seeds)``.
-
-  Raises:
-    ValueError: a bad value (the study's own checks, then every cell's experiment config
-      for every seed, as ``common.run_cells`` would check them), named with what is allowed.
-  """
-  common.check_arguments(argv)
-  quick = FLAGS.quick or bool(os.environ.get(TINY_ENV))
-  seeds = common.parse_seeds(FLAGS.seeds)
-  if quick and not FLAGS["seeds"].present:
-    seeds = seeds[:1]
-  config = prepare_config(FLAGS.config, quick=quick, rounds=FLAGS.rounds, data_dir=FLAGS.data_dir)
-  common.validate_cells([cell_config(config, m, a) for _, m, a in cells(config)], seeds)
-  return config, seeds
+  """The binary's flags and config, checked before anything runs: ``(config, seeds)``
+  (``common.check_study``: the study's checks, then every cell's config for every seed)."""
+  return common.check_study(
+    argv, prepare_config, lambda c: [cell_config(c, m, a) for _, m, a in cells(c)]
+  )
 
 
 def main(argv):
-  config, seeds = common.checked(check_config, argv)
-  with common.user_errors():
-    out = run_study(config, FLAGS.output_dir or "runs/fl_fdms", seeds, resume=FLAGS.resume)
-  print(out["markdown"])
-  print(f"figures: {', '.join(out['figures'])}")
-  logging.info("done")
+  common.study_main(argv, check_config, run_study, "runs/fl_fdms")
 
 
 if __name__ == "__main__":
