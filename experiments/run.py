@@ -260,11 +260,6 @@ def _progress_bar(total):
   return update
 
 
-def _fail(message: str, code: int):
-  print(f"error: {message}", file=sys.stderr)
-  sys.exit(code)
-
-
 def main(argv):
   try:
     distributed.initialize_from_flags()  # before JAX starts its backend
@@ -273,7 +268,7 @@ def main(argv):
   try:
     config = check_config(argv)
   except UsageError as e:
-    _fail(str(e), 2)
+    distributed.fail(str(e), 2)
   bar = _progress_bar(config.rounds) if distributed.is_primary() else None
   seeds = experiment.parse_seeds(FLAGS.seeds) if FLAGS.seeds else None
   try:
@@ -282,7 +277,7 @@ def main(argv):
     else:
       summary = experiment.run(config, progress=bar)
   except experiment.ConfigError as e:
-    _fail(experiment.one_line(e), 2)
+    distributed.fail(experiment.one_line(e), 2)
   except experiment.Interrupted as e:
     if bar is not None:
       bar.close()
@@ -292,9 +287,10 @@ def main(argv):
     )
     sys.exit(128 + e.signum)
   except experiment.NonFiniteModelError as e:
-    _fail(str(e), 1)
+    distributed.fail(str(e), 1)
   except KeyboardInterrupt:
-    _fail(f"interrupted; the newest checkpoint in {config.output_dir} is kept (--resume)", 130)
+    kept = f"the newest checkpoint in {config.output_dir} is kept (--resume)"
+    distributed.fail(f"interrupted; {kept}", 130)
   finally:
     if bar is not None:
       bar.close()

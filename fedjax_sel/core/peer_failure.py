@@ -39,7 +39,7 @@ import traceback
 from typing import NoReturn
 
 # the run being executed (set by the experiment loop): named in the error line
-_context: dict = {"output_dir": None, "last_checkpoint": None}
+_context: dict = {"output_dir": None}
 _lock = threading.Lock()
 _KEY = "fedjax_sel/failed/"
 
@@ -58,15 +58,10 @@ _PEER_SIGNS = (
 )
 
 
-def set_run(output_dir: str | None, last_checkpoint: int | None = None) -> None:
-  """Names the run's folder and its newest checkpoint (the experiment loop calls this)."""
+def set_run(output_dir: str | None) -> None:
+  """Names the run's folder, whose newest checkpoint the error line names (the experiment
+  loop calls this)."""
   _context["output_dir"] = output_dir
-  _context["last_checkpoint"] = last_checkpoint
-
-
-def note_checkpoint(round_index: int) -> None:
-  """Records that the checkpoint of ``round_index`` is complete on every process."""
-  _context["last_checkpoint"] = int(round_index)
 
 
 def is_peer_failure(exc: BaseException) -> bool:
@@ -114,22 +109,25 @@ def _client():
     return None
 
 
+def _read_keys(client, prefix: str) -> dict[int, str]:
+  """The values the processes wrote under ``prefix<process>`` (``{process: value}``)."""
+  out = {}
+  for key, value in client.key_value_dir_get(prefix):
+    tail = str(key).rsplit("/", 1)[-1]
+    if tail.isdigit():
+      out[int(tail)] = str(value)
+  return out
+
+
 def _announced() -> dict[int, str]:
   """The reasons other processes wrote before they ended (``{process: line}``)."""
   client = _client()
   if client is None:
     return {}
   try:
-    pairs = client.key_value_dir_get(_KEY)
+    return _read_keys(client, _KEY)
   except Exception:  # the service is gone with process 0
     return {}
-  out = {}
-  for key, value in pairs:
-    try:
-      out[int(str(key).rsplit("/", 1)[1])] = str(value)
-    except (ValueError, IndexError):
-      continue
-  return out
 
 
 def _log_path(me: int) -> str:
@@ -172,15 +170,15 @@ def _end(text: str, code: int) -> NoReturn:
 
 
 def _where() -> str:
-  folder, last = _context["output_dir"], _context["last_checkpoint"]
+  folder = _context["output_dir"]
   if folder is None:
     return "no checkpoint yet"
   try:  # what --resume will read: the finished checkpoints on disk
     from fedjax_sel.core import checkpoint
 
     last = checkpoint.latest_round(folder)
-  except Exception:
-    pass
+  except OSError:
+    last = None
   if last is None:
     return f"no checkpoint yet in {folder}"
   return f"the last checkpoint is round {last} in {folder}"
@@ -188,7 +186,7 @@ def _where() -> str:
 
 def report_lost(reason: str, details: str = "", lost: int | None = None) -> NoReturn:
   """Ends this process: another process was lost (``lost``, when known)."""
-  with _lock:  # the main thread and the service's callback may both get here
+  with _lock:  # the main thread and the watcher thread may both get here
     me, n = _ids()
     announced = {k: v for k, v in _announced().items() if k != me}
     if lost is None and announced:
@@ -209,11 +207,11 @@ def report(exc: BaseException) -> NoReturn:
   coordination service, then one ``error:`` line (a lost peer reads as :func:`report_lost`)."""
   details = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
   first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), "")
+  reason = f"{type(exc).__name__}: {first}"[:300]
   if is_peer_failure(exc):
-    report_lost(f"{type(exc).__name__}: {first}"[:300], details)
+    report_lost(reason, details)
   with _lock:
     me, n = _ids()
-    reason = f"{type(exc).__name__}: {first}"[:300]
     announce(f"it failed with {reason}")
     line = (
       f"process {me} of {n} failed ({reason}); {_where()}; the other processes stop too; "
@@ -249,10 +247,6 @@ def exit_with(message: str, code: int) -> NoReturn:
   expected error: a bad config, an interrupt), telling the others why."""
   with _lock:  # not interleaved with a lost-peer report of the watcher
     announce(f"it ended: {message}")
-    try:
-      sys.stdout.flush()
-    except Exception:  # pragma: no cover
-      pass
     _end(f"error: {message}\n", code)
 
 
@@ -277,14 +271,6 @@ class _Watcher(threading.Thread):
     self.client, self.me, self.n, self.stale_s = client, me, n, stale_s
     self.stopped = threading.Event()
 
-  def _read(self, prefix: str) -> dict[int, str]:
-    out = {}
-    for key, value in self.client.key_value_dir_get(prefix):
-      tail = str(key).rsplit("/", 1)[-1]
-      if tail.isdigit():
-        out[int(tail)] = str(value)
-    return out
-
   def run(self) -> None:
     now = time.monotonic()
     seen = {k: (None, now) for k in range(self.n) if k != self.me}
@@ -295,7 +281,7 @@ class _Watcher(threading.Thread):
       now = time.monotonic()
       try:
         self.client.key_value_set(f"{_BEAT}{self.me}", str(beat), True)
-        beats, done, failed = self._read(_BEAT), self._read(_DONE), self._read(_KEY)
+        beats, done, failed = (_read_keys(self.client, p) for p in (_BEAT, _DONE, _KEY))
       except Exception as e:  # the coordination service is unreachable
         unreachable_since = unreachable_since or now
         if now - unreachable_since > self.stale_s and not self.stopped.is_set():

@@ -211,7 +211,6 @@ def _run(c, output_dir, resume, progress, dataset, write_plots, simulation) -> d
         t,
         {"seconds": seconds, "num_records": len(history), "config": fingerprint},
       )
-      peer_failure.note_checkpoint(t)
 
     def finish(**why):
       summary = _summary(history, state, sim, c, **why)

@@ -618,3 +618,19 @@ def test_launch_local_passes_signals_on_and_restores_the_handlers(worker, capfd,
   assert codes[0] in (130, -signal.SIGTERM) and codes[1] in (130, -signal.SIGTERM)
   assert 130 in codes
   assert {s: signal.getsignal(s) for s in before} == before
+
+
+def test_a_lost_process_is_noticed_before_jax_heartbeat_timeout_aborts():
+  """The watcher's bound (peer_failure.stale_after) from --distributed_timeout, by hand:
+  heartbeat = min(max(10, t), 100); stale = max(3, min(15, heartbeat / 2)); always below the
+  heartbeat timeout (whose end aborts the survivors) by at least 5 s."""
+  from fedjax_sel.core import peer_failure
+
+  by_hand = {1: (10, 5.0), 10: (10, 5.0), 30: (30, 15.0), 300: (100, 15.0), 5000: (100, 15.0)}
+  for t, (heartbeat, stale) in by_hand.items():
+    assert distributed.heartbeat_timeout(t) == heartbeat
+    assert peer_failure.stale_after(heartbeat) == stale
+  assert peer_failure.stale_after(4) == 3.0
+  for t in range(1, 400):
+    h = distributed.heartbeat_timeout(t)
+    assert peer_failure.stale_after(h) + peer_failure.BEAT_S <= h - 4.5
