@@ -405,8 +405,9 @@ def launch_local(
   stopped (SIGTERM, then SIGKILL after 10 s); after ``timeout_s`` seconds all of them are
   killed (exit code -9), so a launch never hangs forever. SIGINT/SIGTERM to the launcher
   are passed on to every process (they checkpoint and stop at the same round).
-  ``first_failure`` (a list) receives ``(process, exit code)`` of the first process seen to
-  fail: the cause, where the others' failures follow from it.
+  ``first_failure`` (a list) receives ``(process, exit code)`` of the cause: the first
+  process seen to end by a signal or a code other than 2, else the first seen to fail
+  (exit code 2 is also a survivor's code for a lost peer; see ``CAUSE_GRACE_S``).
   """
   import signal
   import subprocess
@@ -425,45 +426,75 @@ def launch_local(
       subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT if out else None)
     )
 
+  sent: dict[int, set] = {}  # process -> the signals this launcher sent it
+
+  def send(i, signum):
+    sent.setdefault(i, set()).add(int(signum))
+    procs[i].send_signal(signum)
+
   def forward(signum, frame):
     del frame
-    for p in procs:
+    for i, p in enumerate(procs):
       if p.poll() is None:
-        p.send_signal(signum)
+        send(i, signum)
 
   old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
   deadline = None if timeout_s is None else time.monotonic() + timeout_s
-  stop_at = None
+  stop_at = first_seen_at = None
+  seen: list[int] = []  # processes in the order they were seen to fail
   try:
     # poll every process each time (``any(p.poll() is None ...)`` would stop at the first
     # running one and never see a later one fail)
     while any([p.poll() is None for p in procs]):
       now = time.monotonic()
       failed = [i for i, p in enumerate(procs) if p.returncode not in (None, 0)]
+      seen += [i for i in failed if i not in seen]
+      if failed and first_seen_at is None:
+        first_seen_at = now
       if failed and first_failure is not None and not first_failure:
-        first_failure.append((failed[0], procs[failed[0]].returncode))
+        cause = _failure_cause(seen, [p.returncode for p in procs], sent)
+        if cause is not None or now - first_seen_at > CAUSE_GRACE_S:
+          i = seen[0] if cause is None else cause
+          first_failure.append((i, procs[i].returncode))
       if failed and stop_at is None:
         stop_at = now + 10.0
         forward(signal.SIGTERM, None)
       if (deadline is not None and now > deadline) or (stop_at is not None and now > stop_at):
-        for p in procs:
+        for i, p in enumerate(procs):
           if p.poll() is None:
-            p.kill()
+            send(i, signal.SIGKILL)
       time.sleep(0.1)
   finally:
     for s, h in old.items():
       signal.signal(s, h)
-    for p in procs:
+    for i, p in enumerate(procs):
       if p.poll() is None:
-        p.kill()
+        send(i, signal.SIGKILL)
       p.wait()
     for f in logs:
       f.close()
   codes = [p.returncode for p in procs]
   if first_failure is not None and not first_failure and any(codes):
-    i = next(i for i, c in enumerate(codes) if c)
+    seen += [i for i, c in enumerate(codes) if c and i not in seen]
+    i = _failure_cause(seen, codes, sent)
+    i = seen[0] if i is None else i
     first_failure.append((i, codes[i]))
   return codes
+
+
+# Exit code 2 is also how a survivor ends when it notices a lost peer (``peer_failure``), and
+# it can end within the launcher's poll interval of the peer's death (or before the killed
+# peer's exit status is ready): a process killed by a signal, or ended with a code other than
+# 2, is the cause; with only 2s, the first seen; the launcher waits this long for a clearer one.
+CAUSE_GRACE_S = 1.0
+
+
+def _failure_cause(seen: list[int], codes: list, sent: dict) -> int | None:
+  """The first of ``seen`` that ended with a code other than 0 and 2, not by a signal the
+  launcher sent it (``sent``: process -> signals), else None."""
+  return next(
+    (i for i in seen if codes[i] not in (None, 0, 2) and -codes[i] not in sent.get(i, ())), None
+  )
 
 
 def describe_exit(code: int) -> str:

@@ -34,6 +34,7 @@ from functools import partial
 from typing import Any, NamedTuple
 
 import jax
+import numpy as np
 import jax.numpy as jnp
 
 from fedjax_sel.core.registry import check_range
@@ -312,6 +313,26 @@ def _similarity_from(features: Array, kind: str, normalize: bool) -> Array:
   return minmax_normalize(sim) if normalize else sim
 
 
+def _check_oracle_features(features: Any) -> int | None:
+  """The number of rows (clients) of ``oracle_features``: None, or a pytree of numeric
+  arrays [N, ...] with one N."""
+  if features is None:
+    return None
+  leaves = jax.tree_util.tree_leaves(features)
+  shapes = [np.shape(x) for x in leaves]
+  if (
+    not leaves
+    or any(len(sh) < 1 or sh[0] < 1 for sh in shapes)
+    or len({sh[0] for sh in shapes}) != 1
+    or any(np.asarray(x).dtype.kind not in "biuf" for x in leaves)
+  ):
+    raise ValueError(
+      f"oracle_features with leaf shapes {shapes} is not allowed; allowed: None, or numeric "
+      "arrays [num_clients, ...] (one row per client, the same num_clients in every leaf)"
+    )
+  return int(shapes[0][0])
+
+
 @register("fedgs")
 def make_fedgs(
   num_selected: int,
@@ -382,6 +403,7 @@ def make_fedgs(
   if scale not in SCALES:
     raise ValueError(f"scale={scale!r} is not one of {SCALES}")
   kernel = check_kernel(kernel)
+  feature_rows = _check_oracle_features(oracle_features)
   num_selected, num_iters, num_restarts = int(num_selected), int(num_iters), int(num_restarts)
   rebuild_every = int(rebuild_every)
   uses_updates = similarity != "oracle"
@@ -391,6 +413,10 @@ def make_fedgs(
     n = info.num_clients
     if similarity == "oracle":
       if oracle_features is not None:
+        if feature_rows != n:
+          raise ValueError(
+            f"oracle_features has {feature_rows} rows; the federation has {n} clients"
+          )
         sim = model_parameter_similarity(jnp.asarray(oracle_features), normalize=normalize)
       else:
         sim = label_distribution(info.label_counts, normalize=normalize)

@@ -496,7 +496,8 @@ def test_local_commands():
 
 
 # a process of the launcher: prints its arguments and environment, then does what its
-# --process_id is told in the environment (STEP_<id> = "exit:<code>", "sleep", "ignore_term")
+# --process_id is told in the environment (STEP_<id> = "exit:<code>", "sleep", "ignore_term",
+# "ignore_term_then_die:<seconds>", "term_slowly")
 _WORKER = """
 import os, signal, sys, time
 pid = next(a.split("=")[1] for a in sys.argv if a.startswith("--process_id="))
@@ -506,8 +507,11 @@ os.write(2, f"stderr of {pid}\\n".encode())
 step = os.environ.get("STEP_" + pid, "exit:0")
 if step.startswith("exit:"):
   sys.exit(int(step[5:]))
-if step == "ignore_term":
+if step.startswith("ignore_term"):
   signal.signal(signal.SIGTERM, signal.SIG_IGN)
+if step.startswith("ignore_term_then_die:"):  # killed (SIGKILL) from outside after a while
+  time.sleep(float(step.split(":")[1]))
+  os.kill(os.getpid(), signal.SIGKILL)
 if step == "term_slowly":  # SIGTERM: finish within the launcher's 10 s of grace
   signal.signal(signal.SIGTERM, lambda *_: (time.sleep(0.5), sys.exit(143)))
 # one write(2) of a short line: the two processes share the launcher's stdout, and print()
@@ -557,6 +561,26 @@ def test_launch_local_stops_the_others_when_one_fails(worker):
   codes = distributed.launch_local(3, [], module=worker, env=_env(p0="sleep", p1="exit:3",
                                                                    p2="sleep"))  # fmt: skip
   assert codes == [-signal.SIGTERM, 3, -signal.SIGTERM]
+
+
+def test_launch_local_names_the_killed_process_not_the_survivor_that_noticed_it(worker):
+  """A survivor ends with code 2 when it notices a lost peer, and may do so before the
+  killed peer's exit status is ready: the launcher names the killed process as the cause."""
+  first = []
+  env = _env(p0="exit:2", p1="ignore_term_then_die:0.3")  # 2 first, the SIGKILL 0.3 s later
+  codes = distributed.launch_local(2, [], module=worker, env=env, first_failure=first)
+  assert codes == [2, -signal.SIGKILL] and first == [(1, -signal.SIGKILL)]
+
+
+def test_launch_local_names_the_failing_process_not_the_ones_it_stopped(worker):
+  first = []
+  env = _env(p0="sleep", p1="exit:2", p2="sleep")
+  codes = distributed.launch_local(3, [], module=worker, env=env, first_failure=first)
+  assert codes == [-signal.SIGTERM, 2, -signal.SIGTERM] and first == [(1, 2)]
+  first = []
+  codes = distributed.launch_local(2, [], module=worker, env=_env(p0="sleep", p1="exit:3"),
+                                   first_failure=first)  # fmt: skip
+  assert codes == [-signal.SIGTERM, 3] and first == [(1, 3)]
 
 
 def test_launch_local_gives_the_others_time_to_stop(worker):

@@ -254,3 +254,21 @@ def test_make_accepts_the_boundaries_of_each_range():
     {"num_restarts": 1},
   ):
     assert selection.make("fedgs", num_selected=3, **hp).num_selected == 3, hp
+
+
+@pytest.mark.parametrize(
+  "features, shapes",
+  [(0, "[()]"), (np.ones(0), "[(0,)]"), ({"w": np.ones((4, 2)), "b": np.ones(3)}, "[(3,), (4, 2)]"),
+   (np.array([["a"]]), "[(1, 1)]")],
+)  # fmt: skip
+def test_oracle_features_that_are_not_rows_per_client_are_rejected(features, shapes):
+  with pytest.raises(ValueError) as e:
+    selection.make("fedgs", num_selected=2, similarity="oracle", oracle_features=features)
+  assert str(e.value).startswith(f"oracle_features with leaf shapes {shapes} is not allowed")
+
+
+def test_oracle_features_with_another_number_of_clients_are_rejected_at_init():
+  strategy = selection.make("fedgs", num_selected=2, similarity="oracle",
+                            oracle_features=np.ones((4, 3)))  # fmt: skip
+  with pytest.raises(ValueError, match="oracle_features has 4 rows; the federation has 5 clients"):
+    strategy.init(jax.random.PRNGKey(0), make_info(5))
