@@ -34,8 +34,8 @@ from functools import partial
 from typing import Any, NamedTuple
 
 import jax
-import numpy as np
 import jax.numpy as jnp
+import numpy as np
 
 from fedjax_sel.core.registry import check_range
 from fedjax_sel.core.types import ClientInfo, Selection, SelectionContext, SelectionStrategy
