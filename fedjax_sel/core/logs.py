@@ -37,6 +37,12 @@ def quiet_libraries(explicit_verbosity: bool = False) -> None:
     logger = logging.getLogger(name)
     if logger.level == logging.NOTSET or logger.level < logging.WARNING:
       logger.setLevel(logging.WARNING)
+  add_filter(_FILTER)
+
+
+def add_filter(record_filter: logging.Filter) -> None:
+  """Adds ``record_filter`` (once) where every record this program prints passes: absl's
+  logger (the libraries that log through absl), the root logger and absl's handler."""
   targets = [logging.getLogger("absl"), logging.getLogger()]
   try:
     from absl import logging as absl_logging
@@ -45,8 +51,8 @@ def quiet_libraries(explicit_verbosity: bool = False) -> None:
   except ImportError:  # pragma: no cover (absl is a core dependency)
     pass
   for target in targets:
-    if _FILTER not in target.filters:
-      target.addFilter(_FILTER)
+    if record_filter not in target.filters:
+      target.addFilter(record_filter)
 
 
 def verbosity_given() -> bool:

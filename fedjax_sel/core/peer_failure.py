@@ -29,6 +29,7 @@ itself runs in a child process of process 0 (``coordinator``), so it outlives pr
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import shlex
 import sys
@@ -311,6 +312,30 @@ class _Watcher(threading.Thread):
 _watcher: _Watcher | None = None
 
 
+class _PeerFailureRecords(logging.Filter):
+  """Keeps a library's logged peer failure off the terminal: orbax's checkpoint threads log
+  the failed collective of a lost peer (``logging.exception``, with its traceback) before
+  this process ends with its one line; the record goes to the process's log file instead."""
+
+  def filter(self, record: logging.LogRecord) -> bool:
+    if record.levelno < logging.ERROR:
+      return True
+    exc = record.exc_info[1] if record.exc_info else None
+    text = f"{record.getMessage()} {type(exc).__name__ if exc else ''}: {exc or ''}"
+    if not _multiprocess() or not any(s in text.lower() for s in _PEER_SIGNS):
+      return True
+    try:
+      details = logging.Formatter("%(levelname)s %(pathname)s:%(lineno)d %(message)s")
+      with open(_log_path(_ids()[0]), "a") as f:
+        f.write(details.format(record).rstrip() + "\n")
+    except Exception:  # pragma: no cover (the log is a courtesy; the line follows anyway)
+      pass
+    return False
+
+
+_RECORDS = _PeerFailureRecords()
+
+
 def _stop_watching() -> None:
   if _watcher is not None:
     _watcher.stop()
@@ -324,6 +349,10 @@ def install(heartbeat_timeout: float) -> None:
     _previous_hook = sys.excepthook
     sys.excepthook = _excepthook
   client = _client()
+  if _multiprocess():
+    from fedjax_sel.core import logs
+
+    logs.add_filter(_RECORDS)
   if _watcher is None and client is not None and _multiprocess():
     me, n = _ids()
     _watcher = _Watcher(client, me, n, stale_after(heartbeat_timeout))

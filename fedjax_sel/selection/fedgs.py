@@ -314,23 +314,20 @@ def _similarity_from(features: Array, kind: str, normalize: bool) -> Array:
 
 
 def _check_oracle_features(features: Any) -> int | None:
-  """The number of rows (clients) of ``oracle_features``: None, or a pytree of numeric
-  arrays [N, ...] with one N."""
+  """The number of rows (clients) of ``oracle_features``: None, or an array-like (nested
+  lists too: configs hold lists) of numbers, [N, ...] with N >= 1."""
   if features is None:
     return None
-  leaves = jax.tree_util.tree_leaves(features)
-  shapes = [np.shape(x) for x in leaves]
-  if (
-    not leaves
-    or any(len(sh) < 1 or sh[0] < 1 for sh in shapes)
-    or len({sh[0] for sh in shapes}) != 1
-    or any(np.asarray(x).dtype.kind not in "biuf" for x in leaves)
-  ):
+  try:
+    array = np.asarray(features)
+  except ValueError:  # ragged nested lists
+    array = np.asarray(None)
+  if array.ndim < 1 or array.shape[0] < 1 or array.dtype.kind not in "biuf":
     raise ValueError(
-      f"oracle_features with leaf shapes {shapes} is not allowed; allowed: None, or numeric "
-      "arrays [num_clients, ...] (one row per client, the same num_clients in every leaf)"
+      f"oracle_features with shape {array.shape} and dtype {array.dtype} is not allowed; "
+      "allowed: None, or numbers [num_clients, ...] (one row per client)"
     )
-  return int(shapes[0][0])
+  return int(array.shape[0])
 
 
 @register("fedgs")

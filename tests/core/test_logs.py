@@ -68,3 +68,29 @@ def test_the_readme_first_command_logs_only_its_own_lines(tmp_path):
   sources = [m.group(1) for ln in lines if (m := re.match(r"^[IWEF]\d{4} [\d:.]+ +\d+ (\S+):", ln))]
   assert sources == ["run.py"], lines
 
+
+def test_a_logged_peer_failure_goes_to_the_process_log_not_the_terminal(monkeypatch, tmp_path):
+  """orbax's checkpoint thread logs a lost peer's failed collective with its traceback
+  (``logging.exception``); in a multi-process run that record goes to process_<i>.log, and
+  every other error record still reaches the terminal."""
+  from fedjax_sel.core import peer_failure
+
+  monkeypatch.setattr(peer_failure, "_multiprocess", lambda: True)
+  monkeypatch.setattr(peer_failure, "_ids", lambda: (1, 2))
+  monkeypatch.setitem(peer_failure._context, "output_dir", str(tmp_path))
+  orbax = os.path.join("site-packages", "orbax", "checkpoint", "_src", "futures", "future.py")
+  try:
+    raise ValueError("UNKNOWN: Gloo AllGather failed: Connection reset by peer")
+  except ValueError:
+    lost = logging.LogRecord("absl", logging.ERROR, orbax, 378, "run() raised: %s", ("x",),
+                             sys.exc_info())  # fmt: skip
+  other = logging.LogRecord("absl", logging.ERROR, orbax, 9, "disk full", None, None)
+  warning = logging.LogRecord("absl", logging.WARNING, orbax, 9, "gloo is slow", None, None)
+  f = peer_failure._RECORDS
+  assert not f.filter(lost)
+  assert f.filter(other) and f.filter(warning)
+  text = (tmp_path / "process_1.log").read_text()
+  assert "future.py:378 run() raised: x" in text and "Connection reset by peer" in text
+  assert "Traceback (most recent call last)" in text
+  monkeypatch.setattr(peer_failure, "_multiprocess", lambda: False)  # one process: printed
+  assert f.filter(lost)

@@ -257,14 +257,28 @@ def test_make_accepts_the_boundaries_of_each_range():
 
 
 @pytest.mark.parametrize(
-  "features, shapes",
-  [(0, "[()]"), (np.ones(0), "[(0,)]"), ({"w": np.ones((4, 2)), "b": np.ones(3)}, "[(3,), (4, 2)]"),
-   (np.array([["a"]]), "[(1, 1)]")],
+  "features, described",
+  [(0, "shape () and dtype int64"), (np.ones(0), "shape (0,) and dtype float64"),
+   ([[1.0, 2.0], [3.0]], "shape () and dtype object"),
+   (np.array([["a"]]), "shape (1, 1) and dtype <U1")],
 )  # fmt: skip
-def test_oracle_features_that_are_not_rows_per_client_are_rejected(features, shapes):
+def test_oracle_features_that_are_not_rows_per_client_are_rejected(features, described):
   with pytest.raises(ValueError) as e:
     selection.make("fedgs", num_selected=2, similarity="oracle", oracle_features=features)
-  assert str(e.value).startswith(f"oracle_features with leaf shapes {shapes} is not allowed")
+  assert str(e.value).startswith(f"oracle_features with {described} is not allowed")
+
+
+def test_oracle_features_may_be_nested_lists():
+  """Configs (ml_collections, JSON) hold lists: the study passes ``.tolist()``."""
+  features = np.arange(15.0).reshape(5, 3)
+  info = make_info(5)
+  from_list = selection.make("fedgs", num_selected=2, similarity="oracle",
+                             oracle_features=features.tolist())  # fmt: skip
+  from_array = selection.make("fedgs", num_selected=2, similarity="oracle",
+                              oracle_features=features)  # fmt: skip
+  a = from_list.init(jax.random.PRNGKey(0), info)
+  b = from_array.init(jax.random.PRNGKey(0), info)
+  chex.assert_trees_all_equal(a, b)
 
 
 def test_oracle_features_with_another_number_of_clients_are_rejected_at_init():
