@@ -106,15 +106,20 @@ def main(argv=None) -> None:
     raise SystemExit(f"--baseline={a.baseline!r} is not a revision of this repository")
   tmp = tempfile.mkdtemp(prefix="against_commit_")
   base = os.path.join(tmp, "baseline")
-  subprocess.run(["git", "worktree", "add", "--detach", "-q", base, a.baseline], cwd=root, check=True)
+  add = ["git", "worktree", "add", "--detach", "-q", base, a.baseline]
+  subprocess.run(add, cwd=root, check=True)
   try:
     for case in cases:
       runs = {"baseline": [], "current": []}
       for i in range(a.repeats):
         for side, tree in (("baseline", base), ("current", root)):
           runs[side].append(run_once(tree, case, os.path.join(tmp, f"{case}_{side}_{i}")))
-      row = {"case": case, "baseline": rev.stdout.strip(), "repeats": a.repeats,
-             "load_avg": os.getloadavg()}
+      row = {
+        "case": case,
+        "baseline": rev.stdout.strip(),
+        "repeats": a.repeats,
+        "load_avg": os.getloadavg(),
+      }
       for side in runs:
         for key in ("wall_s", "compile_s", "round_s"):
           row[f"{side}_{key}"] = _median(runs[side], key)

@@ -89,7 +89,9 @@ def _memory(compiled) -> int | None:
   try:
     m = compiled.memory_analysis()
     return int(
-      m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes
+      m.argument_size_in_bytes
+      + m.output_size_in_bytes
+      + m.temp_size_in_bytes
       - m.alias_size_in_bytes
     )
   except Exception:  # noqa: BLE001 - not every backend reports it
@@ -185,7 +187,9 @@ def measure(
         "check_only": True,
         "seconds_one_block_with_compile": time.time() - t,
         "finite": bool(
-          all(np.all(np.isfinite(np.asarray(x))) for x in jax.tree_util.tree_leaves(out_states.params))
+          all(
+            np.all(np.isfinite(np.asarray(x))) for x in jax.tree_util.tree_leaves(out_states.params)
+          )
         ),
         **C.machine_info(),
       }

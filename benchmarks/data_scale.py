@@ -178,7 +178,9 @@ def main(argv=None) -> None:
   p.add_argument("--dtype", default="uint8", choices=("uint8", "float32"))
   p.add_argument("--rounds", type=int, default=5, help="timed rounds after the first")
   p.add_argument("--time_eval_up_to", type=int, default=100_000, help="time evaluate() up to n")
-  p.add_argument("--eval_chunk", type=int, default=0, help="SimulationConfig.eval_chunk (0: automatic)")
+  p.add_argument(
+    "--eval_chunk", type=int, default=0, help="SimulationConfig.eval_chunk (0: automatic)"
+  )
   p.add_argument("--timeout", type=int, default=1800, help="seconds per case")
   p.add_argument("--json", action="store_true", help="one JSON line per case")
   p.add_argument("--case", default="", help=argparse.SUPPRESS)  # shape:n:model (child)

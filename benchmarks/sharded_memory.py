@@ -1,6 +1,7 @@
 r"""Per-device memory of a per-client-memory aggregator over 1, 2, 4 devices (issue 18).
 
-  JAX_PLATFORMS=cpu python -m benchmarks.sharded_memory --json --output_dir=runs/bench/sharded_memory
+  JAX_PLATFORMS=cpu python -m benchmarks.sharded_memory --json \
+    --output_dir=runs/bench/sharded_memory
 
 MIFA keeps one update per client: an [N, P] memory. For each device count D (a fresh
 process with D CPU devices: one process with D devices compiles the same SPMD program as
@@ -33,7 +34,10 @@ held = sum(s.data.nbytes for a in mem for s in a.addressable_shards if s.device 
 total = sum(a.nbytes for a in mem)
 ma = sim.round_step.lower(state).compile().memory_analysis()
 state, _ = sim.round_step(state)  # it runs, and the memory stays split
-still = [str(getattr(a.sharding, "spec", "one device")) for a in jax.tree_util.tree_leaves(state.aggregation_state)]
+still = [
+  str(getattr(a.sharding, "spec", "one device"))
+  for a in jax.tree_util.tree_leaves(state.aggregation_state)
+]
 print(json.dumps(dict(
   devices=jax.device_count(), memory_total=total, memory_device0=held, specs=still,
   argument=ma.argument_size_in_bytes, output=ma.output_size_in_bytes,

@@ -165,7 +165,8 @@ def parse_args(argv=None):
 def main(argv=None) -> int:
   args = parse_args(argv)
   for model_name in args.models.split(","):
-    points = [iteration_cost(model_name, args.clients, w, args) for w in args.widths] if args.widths else []
+    widths = args.widths or []
+    points = [iteration_cost(model_name, args.clients, w, args) for w in widths]
     record = {
       "kind": "step_profile",
       "model": model_name,
@@ -184,8 +185,10 @@ def main(argv=None) -> int:
         print(f"  {op['share']:6.1%}  {op['us_per_call']:8.2f} us x {op['calls']:6d}  {op['op']}")
       t = record["trace"]
       if "wall_s" in t:
-        print(f"  wall {t['wall_s'] * 1e3:.1f} ms, ops {t['op_time_s'] * 1e3:.1f} ms, "
-              f"{t['us_per_iteration']:.1f} us per loop iteration")
+        print(
+          f"  wall {t['wall_s'] * 1e3:.1f} ms, ops {t['op_time_s'] * 1e3:.1f} ms, "
+          f"{t['us_per_iteration']:.1f} us per loop iteration"
+        )
   return 0
 
 

@@ -1,6 +1,6 @@
 """Per-class test accuracy of a FedEMD study cell's checkpoints (diagnosis, issue 41).
 
-  PYTHONPATH=. python results/fedemd_fmnist_text/per_class.py <cell folder> [<cell folder> ...]
+PYTHONPATH=. python results/fedemd_fmnist_text/per_class.py <cell folder> [<cell folder> ...]
 """
 
 import json

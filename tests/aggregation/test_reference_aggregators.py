@@ -49,8 +49,7 @@ def rounds():
     sel = lib.selection_of(cohort, valid_a, w)
     aux = lib.aux_of(N, M, num_examples=SIZES, finite=finite)
     np_deltas = [
-      {k: np.asarray(v[m], np.float64) for k, v in jax.device_get(deltas).items()}
-      for m in range(M)
+      {k: np.asarray(v[m], np.float64) for k, v in jax.device_get(deltas).items()} for m in range(M)
     ]
     received = [
       bool(valid[m] and finite[m] and avail[cohort[m]] and (t, m) != NAN_AT) for m in range(M)

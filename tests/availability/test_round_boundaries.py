@@ -12,9 +12,7 @@ from fedjax_sel import availability
 from fedjax_sel.core.types import ClientInfo
 
 # 5 clients, C = 4 labels. Held labels: {0}, {1, 3}, {2}, {} (no data), {0, 1, 2, 3}.
-LABELS = np.array(
-  [[3, 0, 0, 0], [0, 2, 0, 5], [0, 0, 4, 0], [0, 0, 0, 0], [1, 1, 1, 1]], np.int32
-)
+LABELS = np.array([[3, 0, 0, 0], [0, 2, 0, 5], [0, 0, 4, 0], [0, 0, 0, 0], [1, 1, 1, 1]], np.int32)
 SIZES = np.array([4, 8, 2, 1, 16], np.int32)
 INFO = ClientInfo(num_examples=jnp.asarray(SIZES), label_counts=jnp.asarray(LABELS))
 

@@ -142,8 +142,11 @@ def test_two_processes_equal_one_process_with_two_devices(runs, aggregator):
   # only process 0 wrote files; process 1 wrote nothing under the output folder but its own
   # checkpoint shards (orbax: each process writes the shards it holds)
   out = os.path.realpath(out)
-  inside = lambda paths: [os.path.relpath(os.path.realpath(p), out) for p in paths if
-                          os.path.realpath(p).startswith(out + os.sep) or os.path.realpath(p) == out]  # fmt: skip
+
+  def inside(paths):
+    real = [os.path.realpath(p) for p in paths]
+    return [os.path.relpath(r, out) for r in real if r.startswith(out + os.sep) or r == out]
+
   by_1 = [p for p in inside(written[1]) if not p.startswith("checkpoints" + os.sep)]
   assert by_1 == [], by_1
   by_0 = {p for p in inside(written[0]) if os.sep not in p}
@@ -235,7 +238,8 @@ def _one_error_line(code, err):
 def _run_cmd(address, n, pid, timeout=5):
   return [sys.executable, "-m", "experiments.run", "--rounds=2", "--noprogress",
           "--output_dir=/nonexistent/never_written", f"--coordinator_address={address}",
-          f"--num_processes={n}", f"--process_id={pid}", f"--distributed_timeout={timeout}"]  # fmt: skip
+          f"--num_processes={n}", f"--process_id={pid}",
+          f"--distributed_timeout={timeout}"]  # fmt: skip
 
 
 def test_wrong_process_id_fails_at_once():
@@ -523,7 +527,8 @@ def test_launch_local_reports_a_killed_process_and_its_command_resumes(uninterru
   checkpoint and its own command with --resume, which finishes the run exactly."""
   out = str(tmp_path / "run")
   cmd = [sys.executable, "-m", "experiments.launch_local", "--num_processes=2",
-         f"--process_logs={tmp_path / 'logs'}", "--", *LOST_ARGS, f"--output_dir={out}"]  # fmt: skip
+         f"--process_logs={tmp_path / 'logs'}", "--", *LOST_ARGS,
+         f"--output_dir={out}"]  # fmt: skip
   launcher = subprocess.Popen(cmd, env=_env(), cwd=REPO, stdout=subprocess.DEVNULL,
                               stderr=subprocess.PIPE, text=True)  # fmt: skip
   try:
@@ -561,7 +566,7 @@ def test_a_process_that_fails_by_itself_ends_both_with_one_line_each(tmp_path):
     2, [*LOST_ARGS, f"--output_dir={out}"], module=os.path.join(os.path.dirname(AUDIT_RUN),
                                                                "_failing_run.py"))  # fmt: skip
   env = _env(FEDJAX_SEL_FAIL_PROCESS="1", FEDJAX_SEL_FAIL_AT="4")
-  results, seconds = [], time.monotonic()
+  results = []  # (a hang would end at communicate's timeout)
   procs = [subprocess.Popen(c, env=env, cwd=REPO, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True) for c in commands]  # fmt: skip
   try:

@@ -30,8 +30,13 @@ def build_rounds(rebuild_every):
   """Rounds at which the graph was (re)built: its distances changed (the features are new
   every round, so a rebuild always changes them)."""
   sel = selection.make(
-    "fedgs", num_selected=2, similarity="cosine", min_seen_fraction=0.5,
-    rebuild_every=rebuild_every, num_iters=2, num_restarts=1,
+    "fedgs",
+    num_selected=2,
+    similarity="cosine",
+    min_seen_fraction=0.5,
+    rebuild_every=rebuild_every,
+    num_iters=2,
+    num_restarts=1,
   )
   info = ClientInfo(
     num_examples=jnp.arange(1, N + 1, dtype=jnp.int32), label_counts=jnp.ones((N, 2), jnp.int32)
