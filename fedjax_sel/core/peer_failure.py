@@ -68,9 +68,11 @@ def set_run(output_dir: str | None) -> None:
 def is_peer_failure(exc: BaseException) -> bool:
   """Whether ``exc`` is a collective or coordination failure (a lost peer), judged by its
   text: JAX raises ``ValueError`` / ``XlaRuntimeError`` with gloo's or gRPC's message."""
-  if not _multiprocess():
-    return False
-  text = f"{type(exc).__name__}: {exc}".lower()
+  return _multiprocess() and _names_lost_peer(f"{type(exc).__name__}: {exc}")
+
+
+def _names_lost_peer(text: str) -> bool:
+  text = text.lower()
   return any(s in text for s in _PEER_SIGNS)
 
 
@@ -138,17 +140,23 @@ def _log_path(me: int) -> str:
   return os.path.join(tempfile.gettempdir(), f"fedjax_sel_process_{me}_{os.getpid()}.log")
 
 
-def _exit(line: str, details: str) -> NoReturn:
-  """Writes ``details`` to the log, prints ``line`` and ends this process at once (no
-  atexit: JAX's shutdown barrier would wait for the lost peer and then abort)."""
-  me, _ = _ids()
-  path = _log_path(me)
+def _append_to_log(details: str) -> str | None:
+  """Appends ``details`` to this process's log file; its path, or None if it cannot."""
+  path = _log_path(_ids()[0])
   try:
     with open(path, "a") as f:
       f.write(details.rstrip() + "\n")
-    line = f"{line} (details: {path})"
   except OSError:
-    pass
+    return None
+  return path
+
+
+def _exit(line: str, details: str) -> NoReturn:
+  """Writes ``details`` to the log, prints ``line`` and ends this process at once (no
+  atexit: JAX's shutdown barrier would wait for the lost peer and then abort)."""
+  path = _append_to_log(details)
+  if path is not None:
+    line = f"{line} (details: {path})"
   _end(f"\nerror: {line}\n", 2)
 
 
@@ -322,15 +330,13 @@ class _PeerFailureRecords(logging.Filter):
       return True
     exc = record.exc_info[1] if record.exc_info else None
     text = f"{record.getMessage()} {type(exc).__name__ if exc else ''}: {exc or ''}"
-    if not _multiprocess() or not any(s in text.lower() for s in _PEER_SIGNS):
+    if not _multiprocess() or not _names_lost_peer(text):
       return True
-    try:
-      details = logging.Formatter("%(levelname)s %(pathname)s:%(lineno)d %(message)s")
-      with open(_log_path(_ids()[0]), "a") as f:
-        f.write(details.format(record).rstrip() + "\n")
-    except Exception:  # pragma: no cover (the log is a courtesy; the line follows anyway)
-      pass
+    _append_to_log(_RECORD_FORMAT.format(record))  # the line that follows names the log
     return False
+
+
+_RECORD_FORMAT = logging.Formatter("%(levelname)s %(pathname)s:%(lineno)d %(message)s")
 
 
 _RECORDS = _PeerFailureRecords()

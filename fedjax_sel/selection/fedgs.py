@@ -313,9 +313,9 @@ def _similarity_from(features: Array, kind: str, normalize: bool) -> Array:
   return minmax_normalize(sim) if normalize else sim
 
 
-def _check_oracle_features(features: Any) -> int | None:
-  """The number of rows (clients) of ``oracle_features``: None, or an array-like (nested
-  lists too: configs hold lists) of numbers, [N, ...] with N >= 1."""
+def _check_oracle_features(features: Any) -> np.ndarray | None:
+  """``oracle_features`` as an array: None, or an array-like (nested lists too: configs
+  hold lists) of numbers, [N, ...] with N >= 1 (one row per client)."""
   if features is None:
     return None
   try:
@@ -327,7 +327,7 @@ def _check_oracle_features(features: Any) -> int | None:
       f"oracle_features with shape {array.shape} and dtype {array.dtype} is not allowed; "
       "allowed: None, or numbers [num_clients, ...] (one row per client)"
     )
-  return int(array.shape[0])
+  return array
 
 
 @register("fedgs")
@@ -400,7 +400,7 @@ def make_fedgs(
   if scale not in SCALES:
     raise ValueError(f"scale={scale!r} is not one of {SCALES}")
   kernel = check_kernel(kernel)
-  feature_rows = _check_oracle_features(oracle_features)
+  oracle_features = _check_oracle_features(oracle_features)
   num_selected, num_iters, num_restarts = int(num_selected), int(num_iters), int(num_restarts)
   rebuild_every = int(rebuild_every)
   uses_updates = similarity != "oracle"
@@ -410,9 +410,9 @@ def make_fedgs(
     n = info.num_clients
     if similarity == "oracle":
       if oracle_features is not None:
-        if feature_rows != n:
+        if len(oracle_features) != n:
           raise ValueError(
-            f"oracle_features has {feature_rows} rows; the federation has {n} clients"
+            f"oracle_features has {len(oracle_features)} rows; the federation has {n} clients"
           )
         sim = model_parameter_similarity(jnp.asarray(oracle_features), normalize=normalize)
       else:
