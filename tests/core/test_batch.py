@@ -188,6 +188,16 @@ def test_init_with_parts_and_length_checks(small_synthetic):
     b.init([0, 1], parts=[{}, {}, {}])
 
 
+@pytest.mark.parametrize(
+  "args, bad", [((0, 2), "num_evals=0"), ((2, -1), "eval_every=-1"), ((1.5, 2), "num_evals=1.5")]
+)
+def test_run_evals_checks_its_counts(small_synthetic, args, bad):
+  """A block count < 1 or a non-integer is named at the call, not failed inside XLA."""
+  b = batch.BatchedSimulation(make_sim(small_synthetic))
+  with pytest.raises(ValueError, match=rf"{bad} is out of range; allowed: integers >= 1"):
+    b.run_evals(b.init([0]), {}, *args)
+
+
 def test_rounds_consume_the_states_not_the_data(small_synthetic):
   """run_rounds and run_evals donate the old stacked states (their buffers are reused)
   and leave the device data and the hyper-parameters usable for the next call."""
