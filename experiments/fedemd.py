@@ -5,7 +5,8 @@ r"""FedEMD (Huang et al.): client selection with Mavericks -- R@99 and Maverick 
   python -m experiments.fedemd --data_dir=~/tensorflow_datasets --output_dir=runs/fedemd_fmnist
   # the study before issue 41 (raw counts in D_c, plain mean, per-participation StepLR):
   python -m experiments.fedemd ... --config.fedemd_current=counts \
-    --config.base.aggregator_hparams.weighting=uniform --config.base.lr_schedule_unit=participation
+    --config.base.aggregator_hparams.weighting=uniform \
+    --config.base.lr_schedule_unit=participation --config.base.lr_step_size=10
 
 50 clients, 5 selected per round (always available), FedAvg, one local epoch. Mavericks
 (clients 0..m-1) own whole classes: with ``k_excl`` each of the k Mavericks owns all the

@@ -1,18 +1,24 @@
 #!/bin/bash
 # FedEMD as its text describes (issue 41): D_c from label distributions, size-weighted FedAvg.
 # Resumable: rerun this script: nohup results/fedemd_fmnist_text/run_chain.sh > runs/fedemd_text_chain.log 2>&1 &
-# (every command has --resume; finished cells are skipped).
+# (every command has --resume; finished cells are skipped). Each command names its lr unit:
+# the study's default is ROUND below; PP is the authors' per-participation StepLR.
 set -x
 cd "$(dirname "$0")/../.."  # the repository root
 PY=.venv-test/bin/python
-T1=(--data_dir=/usr/share/datasets/fashion-mnist --cpu_devices=2 --resume
-    --config.methods="('random','fedemd')" --config.scenarios="('1_excl',)"
-    --config.maverick_classes="(1,0,2)" --config.trace_shapley=False)
+# (the scenarios are not in COMMON: a tuple flag given twice is joined, not replaced)
+COMMON=(--data_dir=/usr/share/datasets/fashion-mnist --cpu_devices=2 --resume
+    --config.methods="('random','fedemd')" --config.maverick_classes="(1,0,2)"
+    --config.trace_shapley=False)
+T1=("${COMMON[@]}" --config.scenarios="('1_excl',)")
 ROUND=(--config.base.lr_schedule_unit=round --config.base.lr_step_size=100)
-# 1-2: seed 0 of Table 1 under both lr units; 3-4: seeds 0-2; 5: Fig. 4 seed 0 (per participation)
-nice -n 10 $PY -m experiments.fedemd "${T1[@]}" --output_dir=runs/fedemd_fmnist_text --seeds=0 || exit 1
+PP=(--config.base.lr_schedule_unit=participation --config.base.lr_step_size=10)
+FIG4=("${COMMON[@]}" --config.scenarios="('2_excl','3_excl','2_shared','3_shared')")
+# 1-2: seed 0 of Table 1 under both lr units; 3-4: seeds 0-2; 5: Fig. 4 seed 0 under the
+# default (round) unit; 6: Fig. 4 seed 0 per participation
+nice -n 10 $PY -m experiments.fedemd "${T1[@]}" "${PP[@]}" --output_dir=runs/fedemd_fmnist_text --seeds=0 || exit 1
 nice -n 10 $PY -m experiments.fedemd "${T1[@]}" "${ROUND[@]}" --output_dir=runs/fedemd_fmnist_text_round_lr --seeds=0 || exit 1
-nice -n 10 $PY -m experiments.fedemd "${T1[@]}" --output_dir=runs/fedemd_fmnist_text --seeds=0,1,2 || exit 1
+nice -n 10 $PY -m experiments.fedemd "${T1[@]}" "${PP[@]}" --output_dir=runs/fedemd_fmnist_text --seeds=0,1,2 || exit 1
 nice -n 10 $PY -m experiments.fedemd "${T1[@]}" "${ROUND[@]}" --output_dir=runs/fedemd_fmnist_text_round_lr --seeds=0,1,2 || exit 1
-nice -n 10 $PY -m experiments.fedemd "${T1[@]}" --output_dir=runs/fedemd_fmnist_text_fig4 --seeds=0 \
-  --config.scenarios="('2_excl','3_excl','2_shared','3_shared')" || exit 1
+nice -n 10 $PY -m experiments.fedemd "${FIG4[@]}" "${ROUND[@]}" --output_dir=runs/fedemd_fmnist_text_fig4 --seeds=0 || exit 1
+nice -n 10 $PY -m experiments.fedemd "${FIG4[@]}" "${PP[@]}" --output_dir=runs/fedemd_fmnist_text_fig4_pp --seeds=0 || exit 1

@@ -139,7 +139,12 @@ def test_runs_on_tfds_fashion_mnist(tmp_path):
 
 FMNIST_DIR = "/usr/share/datasets/fashion-mnist"
 # The study before issue 41, named setting by setting.
-OLD_SETTINGS = {"fedemd_current": "counts", "weighting": "uniform", "unit": "participation"}
+OLD_SETTINGS = {
+  "fedemd_current": "counts",
+  "weighting": "uniform",
+  "unit": "participation",
+  "step": 10,
+}
 
 
 def old_study_config():
@@ -147,6 +152,7 @@ def old_study_config():
   config.fedemd_current = OLD_SETTINGS["fedemd_current"]
   config.base.aggregator_hparams.weighting = OLD_SETTINGS["weighting"]
   config.base.lr_schedule_unit = OLD_SETTINGS["unit"]
+  config.base.lr_step_size = OLD_SETTINGS["step"]
   config.methods = ("random", "fedemd")
   config.scenarios = ("1_excl",)
   config.maverick_classes = (1, 0, 2)
@@ -157,10 +163,14 @@ def test_defaults_are_the_texts_reading_and_size_weighted_fedavg():
   config = fedemd_config.get_config()
   assert config.fedemd_current == "distribution"
   assert config.base.aggregator_hparams.weighting == "selection"  # n_k / sum n (Sec. 3)
-  assert config.base.lr_schedule_unit == "participation"  # the text is silent; authors' code
+  # the text's "step size 10" has no unit: 10 participations of a uniformly selected client
+  # (one every N / M = 10 rounds), as rounds
+  assert (config.base.lr_schedule_unit, config.base.lr_step_size) == ("round", 100)
+  n, m = config.base.num_clients, config.base.clients_per_round
+  assert config.base.lr_step_size == 10 * n // m
   assert fedemd.cell_config(config, "fedemd").selection_hparams.current == "distribution"
   assert fedemd.protocol_name(config) == (
-    "FedEMD D_c from label distribution, FedAvg (size-weighted), StepLR 10 per participation"
+    "FedEMD D_c from label distribution, FedAvg (size-weighted), StepLR 100 per round"
   )
   config.fedemd_current = "count"
   with pytest.raises(ValueError, match="fedemd_current"):
