@@ -9,6 +9,7 @@ run as one vectorized program each (``run_cells``, ``fedjax_sel.experiment.run_b
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import contextlib
 import json
@@ -85,9 +86,18 @@ def parse_or_raise(argv: list[str]) -> list[str]:
   positional arguments.
 
   Raises:
-    UsageError: a bad flag value, an unknown flag or config field, a --config file that does
-      not import; one line naming it.
+    UsageError: a bad flag value, an unknown flag or config field, a config field given
+      twice, a --config file that does not import; one line naming it.
   """
+  repeated = collections.Counter(
+    a[2:].split("=", 1)[0] for a in argv[1:] if a.startswith("--config.")
+  )
+  for field, times in repeated.items():
+    if times > 1:  # ml_collections joins a tuple field's repeated values (scalars: last wins)
+      raise UsageError(
+        f"--{field} is given {times} times; allowed: once (a tuple field given twice gets "
+        "both values joined, not the last one)"
+      )
   try:
     return flags.FLAGS(argv)
   except flags.Error as e:

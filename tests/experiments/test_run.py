@@ -216,6 +216,10 @@ BAD_INPUTS = [
   (["--config={unknown_field.py}"], ["unknown config field(s) ['roundz']", "rounds"]),
   (["--config={wrong_type.py}"], ["--config:", "rounds", "many"]),
   (["--config={good.py}", "--config.roundz=3"], ["--config.roundz: no such field"]),
+  (
+    ["--config={good.py}", "--config.rounds=3", "--config.rounds=4"],
+    ["--config.rounds is given 2 times; allowed: once"],
+  ),
   (["--config={good.py}", "--config.rounds=many"], ["flag --config.rounds=many"]),
   (["--availability=trace"], ["trace=None", ".npy/.csv"]),
   (["--availability=trace", "--availability_trace={missing}.npy"], ["cannot read", "trace"]),

@@ -27,6 +27,12 @@ CASES = [
   ("fedemd", ["--config.base.client_lr=-1"], "client_lr=-1.0 is out of range"),
   # an override naming no field (raised while ml_collections defines --config)
   ("fedemd", ["--config.base.no_such_field=1"], "--config.base.no_such_field: no such field"),
+  # a config field given twice: a tuple's values would be joined, not replaced
+  (
+    "fedemd",
+    ["--config.scenarios=('1_excl',)", "--config.scenarios=('2_excl',)"],
+    "--config.scenarios is given 2 times; allowed: once",
+  ),
   # a value of the wrong type (raised while absl parses the flags)
   ("fedemd", ["--config.base.rounds=many"], "--config.base.rounds=many"),
   ("fl_fdms", ["--config.process=poisson"], "process='poisson' is not allowed"),
