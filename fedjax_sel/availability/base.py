@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_sel.core.registry import check_range, is_integer, is_traced
+from fedjax_sel.core.registry import check_count, check_range, is_traced
 from fedjax_sel.core.types import Array, AvailabilityModel, ClientInfo, PRNGKey
 
 
@@ -147,9 +147,7 @@ def check_beta(beta: float) -> float:
 
 def check_period(period: int) -> int:
   """Validates the period T_p (an integer >= 1) and returns it as int."""
-  if not is_integer(period) or int(period) < 1:
-    raise ValueError(f"period={period!r} is out of range; allowed: integers >= 1")
-  return int(period)
+  return check_count("period", period)
 
 
 def check_probability_array(name: str, value: object) -> np.ndarray:

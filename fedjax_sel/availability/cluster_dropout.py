@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_sel.availability.registry import register
-from fedjax_sel.core.registry import check_range, is_integer
+from fedjax_sel.core.registry import check_count, check_range
 from fedjax_sel.core.types import Array, AvailabilityModel, ClientInfo, PRNGKey
 
 _MODES = ("group", "fl_fdms")
@@ -110,9 +110,7 @@ def make_cluster_dropout(
     given_ids = given_ids.astype(np.int64)
   if num_clusters is None:
     num_clusters = _DEFAULT_NUM_CLUSTERS if given_ids is None else int(given_ids.max()) + 1
-  if not is_integer(num_clusters) or num_clusters < 1:
-    raise ValueError(f"num_clusters={num_clusters!r} is out of range; allowed: integers >= 1")
-  num_clusters = int(num_clusters)
+  num_clusters = check_count("num_clusters", num_clusters)
   if given_ids is not None and given_ids.max() >= num_clusters:
     raise ValueError(
       f"num_clusters={num_clusters} but cluster_ids has id {int(given_ids.max())}; "

@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_sel.core.finite import tree_all_finite
-from fedjax_sel.core.registry import is_integer
+from fedjax_sel.core.registry import check_count
 from fedjax_sel.core.simulation import RoundState, Simulation, SimulationData
 
 MakeParts = Callable[[dict], dict]
@@ -182,12 +182,9 @@ class BatchedSimulation:
       (states, round_metrics {name: [K, num_evals, eval_every]}, evaluations {name:
       [K, num_evals]}; ``params_finite`` says whether the global model was finite).
     """
-    for name, value in (("num_evals", num_evals), ("eval_every", eval_every)):
-      if not is_integer(value, strict=True) or value < 1:
-        raise ValueError(f"{name}={value!r} is out of range; allowed: integers >= 1")
-    states, (rm, ev) = self._run_evals(
-      self.sim.device_data, states, hparams, int(num_evals), int(eval_every)
-    )
+    num_evals = check_count("num_evals", num_evals, strict=True)
+    eval_every = check_count("eval_every", eval_every, strict=True)
+    states, (rm, ev) = self._run_evals(self.sim.device_data, states, hparams, num_evals, eval_every)
     return states, rm, ev
 
   def trace_error(self, states, hparams: dict) -> Exception | None:

@@ -80,6 +80,14 @@ def is_integer(value: Any, *, strict: bool = False) -> bool:
     return False
 
 
+def check_count(name: str, value: Any, *, strict: bool = False) -> int:
+  """``value`` as an int >= 1 (a count: rounds, blocks, clusters, a period); a ValueError
+  naming ``name`` otherwise. ``strict`` as in ``is_integer``."""
+  if not is_integer(value, strict=strict) or value < 1:
+    raise ValueError(f"{name}={value!r} is out of range; allowed: integers >= 1")
+  return int(value)
+
+
 def check_range(
   name: str,
   value: Any,

@@ -39,7 +39,7 @@ from fedjax_sel.core.optimizers import (
 )
 from fedjax_sel.core.optimizers import LR_SCHEDULES as LR_SCHEDULES
 from fedjax_sel.core.optimizers import SERVER_OPTIMIZERS as SERVER_OPTIMIZERS
-from fedjax_sel.core.registry import check_range, is_integer, is_traced
+from fedjax_sel.core.registry import check_count, check_range, is_integer, is_traced
 from fedjax_sel.core.state import DataBound, RoundState, SimulationConfig, SimulationData
 from fedjax_sel.core.types import (
   AggregationAux,
@@ -561,8 +561,7 @@ class Simulation:
     )
 
   def _run_rounds_with(self, data: SimulationData, state: RoundState, num_rounds: int):
-    if not is_integer(num_rounds, strict=True) or num_rounds < 1:
-      raise ValueError(f"num_rounds={num_rounds!r} is out of range; allowed: integers >= 1")
+    check_count("num_rounds", num_rounds, strict=True)
 
     def body(s, _):
       return self._round_step_with(data, s)
