@@ -89,10 +89,7 @@ def parse_or_raise(argv: list[str]) -> list[str]:
     UsageError: a bad flag value, an unknown flag or config field, a config field given
       twice, a --config file that does not import; one line naming it.
   """
-  repeated = collections.Counter(
-    a[2:].split("=", 1)[0] for a in argv[1:] if a.startswith("--config.")
-  )
-  for field, times in repeated.items():
+  for field, times in collections.Counter(_config_overrides(argv)).items():
     if times > 1:  # ml_collections joins a tuple field's repeated values (scalars: last wins)
       raise UsageError(
         f"--{field} is given {times} times; allowed: once (a tuple field given twice gets "
@@ -106,14 +103,18 @@ def parse_or_raise(argv: list[str]) -> list[str]:
     raise _config_error(e, argv) from None
 
 
+def _config_overrides(argv: list[str]) -> list[str]:
+  """The ``config.<field>`` names of the ``--config.<field>=...`` overrides in ``argv``."""
+  return [a[2:].split("=", 1)[0] for a in argv if a.startswith("--config.")]
+
+
 def _config_error(e: Exception, argv: list[str]) -> UsageError:
   """The one-line UsageError of an exception raised while ml_collections loads --config."""
   text = str(e).replace("\\'", "'")
   field = re.match(r"""["']*([\w.]+)["']*""", text)
-  paths = [a[2:].split("=")[0] for a in argv if a.startswith("--config.")]
   named = [
     p
-    for p in paths
+    for p in _config_overrides(argv)
     if field and (p == f"config.{field.group(1)}" or p.endswith(f".{field.group(1)}"))
   ]
   if isinstance(e, (KeyError, AttributeError)) and named:
