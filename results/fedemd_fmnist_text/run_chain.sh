@@ -14,11 +14,15 @@ T1=("${COMMON[@]}" --config.scenarios="('1_excl',)")
 ROUND=(--config.base.lr_schedule_unit=round --config.base.lr_step_size=100)
 PP=(--config.base.lr_schedule_unit=participation --config.base.lr_step_size=10)
 FIG4=("${COMMON[@]}" --config.scenarios="('2_excl','3_excl','2_shared','3_shared')")
+MEAN=(--config.base.aggregator_hparams.weighting=uniform)  # the authors' plain mean
 # 1-2: seed 0 of Table 1 under both lr units; 3-4: seeds 0-2; 5: Fig. 4 seed 0 under the
-# default (round) unit; 6: Fig. 4 seed 0 per participation
+# default (round) unit; 6: Table 1 seed 0, round unit, with only the weighting changed to the
+# plain mean (the diagnosis of FedEMD's rounds 1-10 under size weights); 7: Fig. 4 seed 0
+# per participation
 nice -n 10 $PY -m experiments.fedemd "${T1[@]}" "${PP[@]}" --output_dir=runs/fedemd_fmnist_text --seeds=0 || exit 1
 nice -n 10 $PY -m experiments.fedemd "${T1[@]}" "${ROUND[@]}" --output_dir=runs/fedemd_fmnist_text_round_lr --seeds=0 || exit 1
 nice -n 10 $PY -m experiments.fedemd "${T1[@]}" "${PP[@]}" --output_dir=runs/fedemd_fmnist_text --seeds=0,1,2 || exit 1
 nice -n 10 $PY -m experiments.fedemd "${T1[@]}" "${ROUND[@]}" --output_dir=runs/fedemd_fmnist_text_round_lr --seeds=0,1,2 || exit 1
 nice -n 10 $PY -m experiments.fedemd "${FIG4[@]}" "${ROUND[@]}" --output_dir=runs/fedemd_fmnist_text_fig4 --seeds=0 || exit 1
+nice -n 10 $PY -m experiments.fedemd "${T1[@]}" "${ROUND[@]}" "${MEAN[@]}" --output_dir=runs/fedemd_fmnist_text_round_lr_mean --seeds=0 || exit 1
 nice -n 10 $PY -m experiments.fedemd "${FIG4[@]}" "${PP[@]}" --output_dir=runs/fedemd_fmnist_text_fig4_pp --seeds=0 || exit 1
