@@ -37,7 +37,7 @@ import numpy as np
 from absl import app, flags
 
 from experiments import common
-from fedjax_sel import availability, experiment
+from fedjax_sel import aggregation, availability, experiment
 from fedjax_sel.core import checkpoint
 from fedjax_sel.metrics import results
 
@@ -49,6 +49,8 @@ METHODS = {
   "fdms_cr": "FL-FDMS + CR (Θ_t, Case 1)",
   "fdms_cr_half": "FL-FDMS + CR (0.5 Θ_t, Case 2)",
   "fdms_oracle": "FL-FDMS, oracle friend (true cluster)",
+  # not the paper's: a friend below the floor c.fdms_min_similarity is not used (the mean is)
+  "fdms_floor": "FL-FDMS, similarity floor (not the paper's)",
 }
 # The dropout process: "redrawn" (``cluster_dropout`` mode ``fl_fdms``: exactly floor(alpha N)
 # clients drop, drawn afresh each round, one per cluster kept) or "markov" (``markov_dropout``:
@@ -80,6 +82,8 @@ def prepare_config(
     raise ValueError(f"assumption5={c.assumption5!r} is not allowed; allowed: [True, False]")
   if c.assumption5 and c.process != "markov":
     raise ValueError("assumption5=True needs process='markov' (the redrawn process keeps it)")
+  if "fdms_floor" in c.methods:  # with the aggregator's own message for a bad floor
+    aggregation.make("fdms", min_similarity=c.fdms_min_similarity)
   if c.process == "markov":
     for a in c.alphas:  # mean_absence >= 1 and >= alpha / (1 - alpha), with the model's message
       availability.make("markov_dropout", dropout_rate=float(a), mean_absence=c.mean_absence)
@@ -126,6 +130,8 @@ def cell_config(config: ml_collections.ConfigDict, method: str, alpha: float | N
   hp = {"weighting": config.weighting}
   if method == "fdms_oracle":
     hp["friend"] = "oracle"  # clusters from the label sets: the clustered partition's groups
+  if method == "fdms_floor":
+    hp["min_similarity"] = float(config.fdms_min_similarity)
   if method in ("fdms_cr", "fdms_cr_half"):
     hp.update(
       complexity_reduction=True,
@@ -246,6 +252,7 @@ COMPARISONS = (
   ("Full − FL-FDMS", "full", "fdms"),
   ("oracle friend − FL-FDMS", "fdms_oracle", "fdms"),
   ("oracle friend − Stale", "fdms_oracle", "stale"),
+  ("similarity floor − FL-FDMS", "fdms_floor", "fdms"),
 )
 
 

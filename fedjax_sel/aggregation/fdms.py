@@ -137,6 +137,7 @@ def make_fdms(
   weighting: str = "uniform",
   friend: str = "similarity",
   cluster_ids: object | None = None,
+  min_similarity: float | None = None,
 ) -> Aggregator:
   """FL-FDMS: a dropped client's update is replaced by its most similar active client's.
 
@@ -158,6 +159,12 @@ def make_fdms(
      Theta_t from Theorem 2; the paper's "Case 2" is theta_scale = 0.5). Only pairs compared
      at least once are eliminated (an unseen pair has no estimate; the paper's R_0 is
      undefined). ``pairs_saved`` counts the co-active pairs not computed.
+
+  ``min_similarity`` is not the paper's (its friend rule has no floor): with a value m, a
+  dropped client whose best active friend has R^{k,phi} < m is not substituted by that
+  client but falls back to the mean of the active updates, as with no known friend (and
+  its ``friend`` entry is -1). It keeps a client whose friends are all absent from taking a
+  non-friend's update; None (default) and 0 are the paper's rule (R is never below 0).
 
   ``friend="oracle"`` is a control, not the paper's method: the friendship is revealed (the
   paper's "non-realizable" baseline of Sec. 5), and k's substitute is an active client of
@@ -186,6 +193,8 @@ def make_fdms(
     friend: "similarity" (the paper: discovered friends) or "oracle" (the true clusters).
     cluster_ids: with ``friend="oracle"``, optional i32[N] cluster of every client
       (non-negative integers); None takes the clusters from the clients' label sets.
+    min_similarity: None (the paper) or a floor in [0, 1] on the substitute's R (above);
+      only with ``friend="similarity"``.
 
   References:
     Wang & Xu, "Combating Client Dropout in Federated Learning via Friend Model
@@ -210,6 +219,13 @@ def make_fdms(
       "complexity_reduction=True is not allowed with friend='oracle' (nothing to discover); "
       "allowed: complexity_reduction=False"
     )
+  if min_similarity is not None:
+    check_range("min_similarity", min_similarity, 0.0, 1.0)
+    if friend != "similarity":
+      raise ValueError(
+        f"min_similarity is only allowed with friend='similarity'; got friend={friend!r} "
+        "(the oracle's friends are known)"
+      )
   oracle_ids = None
   if cluster_ids is not None:
     if friend != "oracle":
@@ -302,6 +318,8 @@ def make_fdms(
     slot_scores = jnp.where(eligible, similarity[:, cohort], -jnp.inf)
     friend_slot = jnp.argmax(slot_scores, axis=1)  # [N]
     has_friend = jnp.any(eligible, axis=1)
+    if min_similarity is not None:
+      has_friend = has_friend & (jnp.max(slot_scores, axis=1) >= min_similarity)
     substituted = ~active & has_friend
     fallback = ~active & ~has_friend
 

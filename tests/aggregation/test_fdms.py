@@ -164,6 +164,29 @@ def test_hoeffding_threshold_by_hand():
   )
 
 
+def test_min_similarity_floor_by_hand():
+  """The toy above with a floor on the substitute's R.
+
+  0.7: round 1's friend(2) = 1 has R21 = .9 and stays; round 2's friend(0) = 1 has only
+  R01 = .65, so client 0 takes the mean of the active c1, c2, c3 = [2/3, 2/3] and the
+  update is that mean. 0.95: round 1's client 2 also falls back, to the mean of c0, c1, c3
+  = [2/3, 1/3]. A floor of 0 is the paper's rule (R >= 0), in every round.
+  """
+  (_, _), (u1, s1), (u2, s2) = _play(aggregation.make("fdms", min_similarity=0.7))
+  np.testing.assert_array_equal(s1.friend, [0, 1, 1, 3])
+  np.testing.assert_allclose(u1["b"], [0.5, 0.5], rtol=1e-6)
+  np.testing.assert_array_equal(s2.friend, [-1, 1, 2, 3])
+  np.testing.assert_allclose(u2["b"], [2 / 3, 2 / 3], rtol=1e-6)
+  (_, _), (u1, s1), _ = _play(aggregation.make("fdms", min_similarity=0.95))
+  np.testing.assert_array_equal(s1.friend, [0, 1, -1, 3])
+  np.testing.assert_allclose(u1["b"], [2 / 3, 1 / 3], rtol=1e-6)
+  for (u, s), (u_ref, s_ref) in zip(
+    _play(aggregation.make("fdms", min_similarity=0.0)), _play(aggregation.make("fdms"))
+  ):
+    np.testing.assert_array_equal(u["b"], u_ref["b"])
+    np.testing.assert_array_equal(s.friend, s_ref.friend)
+
+
 def test_fdms_defaults_and_ranges():
   import inspect
 
@@ -181,6 +204,7 @@ def test_fdms_defaults_and_ranges():
     "weighting": "uniform",
     "friend": "similarity",
     "cluster_ids": None,
+    "min_similarity": None,
   }
   for bad in (
     {"theta_scale": 0.0},
@@ -193,6 +217,9 @@ def test_fdms_defaults_and_ranges():
     {"confidence": -0.5},
     {"beta": 1.5},
     {"complexity_reduction": 1},
+    {"min_similarity": -0.1},
+    {"min_similarity": 1.5},
+    {"min_similarity": 0.5, "friend": "oracle"},
   ):
     with pytest.raises(ValueError, match=next(iter(bad))):
       aggregation.make("fdms", **bad)

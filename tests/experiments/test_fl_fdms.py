@@ -88,6 +88,10 @@ def test_cell_configs_follow_the_paper():
   oracle = fl_fdms.cell_config(config, "fdms_oracle", 0.7)
   assert (oracle.aggregator, oracle.aggregator_hparams.friend) == ("fdms", "oracle")
   assert oracle.availability == "cluster_dropout"  # the default process is the redrawn one
+  assert "min_similarity" not in fl_fdms.cell_config(config, "fdms", 0.7).aggregator_hparams
+  assert "fdms_floor" not in config.methods  # not the paper's: only when asked for
+  floor = fl_fdms.cell_config(config, "fdms_floor", 0.7).aggregator_hparams
+  assert floor.to_dict() == {"weighting": "uniform", "min_similarity": 0.65}
 
 
 def test_markov_process_cells():
@@ -113,11 +117,13 @@ def test_markov_process_cells():
     ("process", "bursty", "process='bursty'"),
     ("mean_absence", 2.0, r"mean_absence=2.0 is too short for dropout_rate=0.7"),
     ("mean_absence", 0.5, "mean_absence=0.5"),
+    ("fdms_min_similarity", 1.5, "min_similarity=1.5"),
   ],
 )
 def test_process_fields_are_validated(field, value, match):
   config = fl_fdms_config.get_config()
   config.process = "markov"
+  config.methods = ("stale", "fdms", "fdms_floor")
   config[field] = value
   with pytest.raises(ValueError, match=match):
     fl_fdms.prepare_config(config)
