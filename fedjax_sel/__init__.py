@@ -13,7 +13,16 @@ The four pluggable parts are registries of pure functions (the optax pattern)::
 
 __version__ = "0.1.0"
 
-from fedjax_sel import aggregation, availability, client, data, models, selection, similarity
+from fedjax_sel import (
+  aggregation,
+  availability,
+  client,
+  data,
+  models,
+  selection,
+  similarity,
+  testing,
+)
 from fedjax_sel.core.engine import CohortResult, EngineConfig, make_cohort_trainer
 from fedjax_sel.core.simulation import RoundState, Simulation, SimulationConfig
 from fedjax_sel.core.types import (
@@ -52,4 +61,5 @@ __all__ = [
   "models",
   "selection",
   "similarity",
+  "testing",
 ]

@@ -1,12 +1,9 @@
 """Registry-wide contract: every availability model passes the same checks."""
 
-import chex
-import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fedjax_sel import availability
+from fedjax_sel import availability, testing
 
 NUM_CLIENTS = 6
 # Hyper-parameters a name needs to be built at all (everything else uses defaults).
@@ -22,58 +19,10 @@ IDS = [f"{name}-{i}" for i, (name, _) in enumerate(CASES)]
 
 @pytest.mark.parametrize("name,hparams", CASES, ids=IDS)
 def test_contract(name, hparams, info6):
-  chex.clear_trace_counter()
-  model = availability.make(name, **hparams)
-  init_key, round_key = jax.random.split(jax.random.key(7))
-  init = jax.jit(model.init)
-
-  @jax.jit
-  @chex.assert_max_traces(n=1)
-  def step(state, key, t):
-    probs = model.probs(state, t)
-    active, new_state = model.sample(state, key, t)
-    return probs, active, new_state
-
-  # init: jittable and deterministic per key.
-  state = init(init_key, info6)
-  chex.assert_trees_all_equal(state, init(init_key, info6))
-
-  for t in range(4):  # several rounds, one trace
-    k = jax.random.fold_in(round_key, t)
-    probs, active, new_state = step(state, k, jnp.int32(t))
-    # Declared shapes and dtypes; probabilities are finite and in [0, 1].
-    chex.assert_shape(probs, (NUM_CLIENTS,))
-    chex.assert_type(probs, jnp.float32)
-    chex.assert_shape(active, (NUM_CLIENTS,))
-    assert active.dtype == jnp.bool_
-    chex.assert_tree_all_finite(probs)
-    assert bool(jnp.all((probs >= 0.0) & (probs <= 1.0)))
-    chex.assert_trees_all_equal_shapes_and_dtypes(new_state, state)
-    # probs 1 -> surely active, probs 0 -> surely inactive.
-    assert bool(jnp.all(jnp.where(probs == 1.0, active, True)))
-    assert bool(jnp.all(jnp.where(probs == 0.0, ~active, True)))
-    # Deterministic per key.
-    chex.assert_trees_all_equal((probs, active, new_state), step(state, k, jnp.int32(t)))
-    if t == 1:  # the debug path gives the same numbers
-      with jax.disable_jit():
-        eager_state = model.init(init_key, info6)
-        chex.assert_trees_all_equal_shapes_and_dtypes(eager_state, state)
-        probs_eager = model.probs(state, t)
-        active_eager, _ = model.sample(state, k, t)
-      np.testing.assert_allclose(probs_eager, probs, rtol=1e-6)
-      np.testing.assert_array_equal(active_eager, active)
-    state = new_state
-
-  # Vmappable over seeds: row s of the vmapped run equals the run with key s.
-  def init_and_step(seed):
-    return model.sample(model.init(seed, info6), seed, jnp.int32(2))[0]
-
-  seeds = jax.random.split(jax.random.key(3), 3)
-  acts = jax.vmap(init_and_step)(seeds)  # eager vmap: batched primitives are cached
-  chex.assert_shape(acts, (3, NUM_CLIENTS))
-  for s in range(3):
-    _, single_act, _ = step(init(seeds[s], info6), seeds[s], jnp.int32(2))
-    np.testing.assert_array_equal(acts[s], single_act)
+  """``testing.check_availability_model``: init deterministic per key, four rounds through
+  one trace, probs f32[N] in [0, 1], sample bool[N] consistent with probs 0 and 1, a stable
+  state, determinism, the eager path and vmap over seeds."""
+  testing.check_availability_model(availability.make(name, **hparams), info6)
 
 
 def test_unknown_name_lists_known_names():
