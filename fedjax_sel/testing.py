@@ -54,6 +54,15 @@ def _require(ok, rule: str, where: str = "") -> None:
     _fail(rule, where)
 
 
+def _require_array(x, shape: tuple, dtype, what: str, where: str = "") -> None:
+  """``x`` has exactly ``shape`` and ``dtype``; the rule reads e.g. 'probs is f32[6]'."""
+  short = {np.dtype(np.int32): "i32", np.dtype(np.bool_): "bool", np.dtype(np.float32): "f32"}
+  got = np.dtype(jnp.asarray(x).dtype)
+  want = np.dtype(dtype)
+  if tuple(np.shape(x)) != tuple(shape) or got != want:
+    _fail(f"{what} is {short.get(want, want)}{list(shape)}, got {got}{list(np.shape(x))}", where)
+
+
 def _same_structure(a, b, rule: str, where: str = "") -> None:
   """Same pytree structure, leaf shapes and dtypes."""
   if jax.tree_util.tree_structure(a) != jax.tree_util.tree_structure(b):
@@ -191,21 +200,9 @@ def check_selection(
   m = strategy.num_selected
   n = len(avail)
   cohort, valid, weights = (np.asarray(x) for x in sel)
-  _require(
-    cohort.shape == (m,) and cohort.dtype == np.int32,
-    f"cohort is i32[{m}], got {cohort.dtype}{list(cohort.shape)}",
-    where,
-  )
-  _require(
-    valid.shape == (m,) and valid.dtype == np.bool_,
-    f"valid is bool[{m}], got {valid.dtype}{list(valid.shape)}",
-    where,
-  )
-  _require(
-    weights.shape == (m,) and weights.dtype == np.float32,
-    f"weights are f32[{m}], got {weights.dtype}{list(weights.shape)}",
-    where,
-  )
+  _require_array(cohort, (m,), np.int32, "cohort", where)
+  _require_array(valid, (m,), np.bool_, "valid", where)
+  _require_array(weights, (m,), np.float32, "weights", where)
   _require(
     np.all(np.isfinite(weights)) and np.all(weights >= 0), "weights are finite and >= 0", where
   )
@@ -328,16 +325,8 @@ def check_availability_model(model: AvailabilityModel, info: ClientInfo | None =
     where = f"round {t}"
     k = jax.random.fold_in(round_key, t)
     probs, active, new_state = step(state, k, jnp.int32(t))
-    _require(
-      probs.shape == (n,) and probs.dtype == jnp.float32,
-      f"probs is f32[{n}], got {probs.dtype}{list(probs.shape)}",
-      where,
-    )
-    _require(
-      active.shape == (n,) and active.dtype == jnp.bool_,
-      f"sample's first output is bool[{n}], got {active.dtype}{list(active.shape)}",
-      where,
-    )
+    _require_array(probs, (n,), np.float32, "probs", where)
+    _require_array(active, (n,), np.bool_, "sample's first output", where)
     _require(
       _all_finite(probs) and jnp.all((probs >= 0.0) & (probs <= 1.0)),
       "probs are finite and in [0, 1]",
