@@ -59,6 +59,13 @@ def test_selection_check_weights_and_state_rules():
     sel, state = right.select(state, key, avail, t, ctx)
     return sel._replace(weights=ones(sel.valid).astype(jnp.float32)), state
 
+  def select_float_cohort(state, key, avail, t, ctx):
+    sel, state = right.select(state, key, avail, t, ctx)
+    return sel._replace(cohort=sel.cohort.astype(jnp.float32)), state
+
+  with pytest.raises(AssertionError, match=r"cohort is i32\[3\], got float32\[3\] \(round 0"):
+    testing.check_selection_strategy(right._replace(select=select_float_cohort))
+
   unnormalized = right._replace(select=select_ones)
   with pytest.raises(AssertionError, match="weights sum to 1"):
     testing.check_selection_strategy(unnormalized)
