@@ -126,20 +126,30 @@ def toy_client_info(num_clients: int = 12, num_classes: int = 4, seed: int = 0) 
   )
 
 
+def toy_client_losses(num_clients: int) -> jax.Array:
+  """f32[N], distinct losses in a scrambled order: loss[i] = ((7 i) mod N) / N + 0.1."""
+  ids = np.arange(num_clients)
+  return jnp.asarray(((7 * ids) % num_clients) / num_clients + 0.1, jnp.float32)
+
+
+def toy_eval_value(params) -> jax.Array:
+  """The toy 'validation accuracy' of params {"w": ...}: 1 / (1 + ||w - 1||^2)."""
+  return 1.0 / (1.0 + jnp.sum((params["w"] - 1.0) ** 2))
+
+
 def toy_selection_context(info: ClientInfo, t=0, seed: int = 0) -> SelectionContext:
   """A SelectionContext whose callables are plain functions of fixed arrays.
 
-  params {"w": zeros(3)}; client loss of i ((7 i) mod N) / N + 0.1; update sketches f32[N, 6]
-  and embeddings f32[N, 5] drawn with numpy; every client seen; availability probability
-  0.5; ``eval_value(params) = 1 / (1 + ||w - 1||^2)``.
+  params {"w": zeros(3)}; ``toy_client_losses``; update sketches f32[N, 6] and embeddings
+  f32[N, 5] drawn with numpy; every client seen; availability probability 0.5;
+  ``toy_eval_value``.
   """
   n = int(info.num_examples.shape[0])
   rng = np.random.default_rng(seed)
   sketch = jnp.asarray(rng.normal(size=(n, 6)), jnp.float32)
   logits = rng.normal(size=(n, 5))
   emb = jnp.asarray(np.exp(logits) / np.exp(logits).sum(1, keepdims=True), jnp.float32)
-  ids = np.arange(n)
-  losses = jnp.asarray(((7 * ids) % n) / n + 0.1, jnp.float32)
+  losses = toy_client_losses(n)
   return SelectionContext(
     params={"w": jnp.zeros((3,), jnp.float32)},
     client_losses=lambda client_ids: losses[client_ids],
@@ -148,7 +158,7 @@ def toy_selection_context(info: ClientInfo, t=0, seed: int = 0) -> SelectionCont
     seen=jnp.ones((n,), bool),
     avail_probs=jnp.full((n,), 0.5, jnp.float32),
     num_examples=info.num_examples,
-    eval_value=lambda params: 1.0 / (1.0 + jnp.sum((params["w"] - 1.0) ** 2)),
+    eval_value=toy_eval_value,
     round=jnp.asarray(t, jnp.int32),
   )
 

@@ -6,11 +6,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fedjax_sel import testing
 from fedjax_sel.core.types import AggregationAux, ClientInfo, Selection
 
 
 def make_params() -> dict:
-  return {"w": jnp.zeros((3, 2), jnp.float32), "b": jnp.zeros((2,), jnp.float32)}
+  """{"w": zeros(3, 2), "b": zeros(2)}: ``testing.toy_params``, the contract check's."""
+  return testing.toy_params()
 
 
 def make_info(num_examples) -> ClientInfo:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import jax
-import jax.numpy as jnp
-import numpy as np
 import pytest
 
 from fedjax_sel import testing
@@ -22,15 +20,11 @@ def make_info(
 
 
 def fixed_losses(num_clients: int = NUM_CLIENTS) -> jax.Array:
-  """Distinct per-client losses in a scrambled order: loss[i] = ((7 i) mod N) / N + 0.1,
-  the toy context's ``client_losses``."""
-  ids = np.arange(num_clients)
-  return jnp.asarray(((7 * ids) % num_clients) / num_clients + 0.1, jnp.float32)
+  """The toy context's ``client_losses``: ((7 i) mod N) / N + 0.1 for client i."""
+  return testing.toy_client_losses(num_clients)
 
 
-def eval_value(params) -> jax.Array:
-  """The toy context's 'validation accuracy' of params: 1 / (1 + ||w - 1||^2)."""
-  return 1.0 / (1.0 + jnp.sum((params["w"] - 1.0) ** 2))
+eval_value = testing.toy_eval_value  # 1 / (1 + ||w - 1||^2), the toy context's
 
 
 def make_ctx(info: ClientInfo, t=0, seed: int = 0) -> SelectionContext:
