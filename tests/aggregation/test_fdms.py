@@ -180,6 +180,12 @@ def test_min_similarity_floor_by_hand():
   (_, _), (u1, s1), _ = _play(aggregation.make("fdms", min_similarity=0.95))
   np.testing.assert_array_equal(s1.friend, [0, 1, -1, 3])
   np.testing.assert_allclose(u1["b"], [2 / 3, 1 / 3], rtol=1e-6)
+  # The floor is inclusive: round 2's friend R01 (= .65 in float32) as the floor keeps the
+  # friend; the next float above it does not.
+  r01 = float(_play(aggregation.make("fdms"))[1][1].similarity[0, 1])
+  for floor, friend0 in ((r01, 1), (float(np.nextafter(np.float32(r01), 1)), -1)):
+    (_, _), (_, _), (_, s2) = _play(aggregation.make("fdms", min_similarity=floor))
+    assert int(s2.friend[0]) == friend0, (floor, s2.friend)
   for (u, s), (u_ref, s_ref) in zip(
     _play(aggregation.make("fdms", min_similarity=0.0)), _play(aggregation.make("fdms"))
   ):
