@@ -44,10 +44,10 @@ def rounds_to_reach(history: dict[int, float], target: float) -> int | None:
   return next((r for r in sorted(history) if history[r] >= target), None)
 
 
-def maverick_picks(summary: dict, k: int) -> int:
+def sampling_counts(summary: dict) -> list[int]:
+  """Selections per client over the run (``summary.json`` stores the list as a string)."""
   counts = summary["sampling_counts"]
-  counts = json.loads(counts) if isinstance(counts, str) else counts
-  return int(sum(counts[:k]))
+  return [int(c) for c in (json.loads(counts) if isinstance(counts, str) else counts)]
 
 
 def rows(cells_dir: str, scenarios, seed: int) -> list[str]:
@@ -69,8 +69,10 @@ def rows(cells_dir: str, scenarios, seed: int) -> list[str]:
         if cell is None
         else f"{100 * cell['best_test_accuracy']:.2f} / {100 * cell['final_test_accuracy']:.2f}"
       )
-      per_method.append("running" if cell is None else str(maverick_picks(cell, k)))
+      per_method.append("running" if cell is None else str(sum(sampling_counts(cell)[:k])))
     picks.append(" / ".join(per_method))
+  done = [c for c in cells.values() if c is not None]
+  selections = f" (of {sum(sampling_counts(done[0])):,} selections)" if done else ""
   return [
     "| | " + " | ".join(s.replace("_", " ") for s in scenarios) + " |",
     "|---|" + "---|" * len(scenarios),
@@ -78,7 +80,7 @@ def rows(cells_dir: str, scenarios, seed: int) -> list[str]:
     "| FedEMD R@99 | " + " | ".join(r99["fedemd"]) + " |",
     "| Random best / final acc (%) | " + " | ".join(best_final["random"]) + " |",
     "| FedEMD best / final acc (%) | " + " | ".join(best_final["fedemd"]) + " |",
-    "| Maverick picks Random / FedEMD | " + " | ".join(picks) + " |",
+    f"| Maverick picks Random / FedEMD{selections} | " + " | ".join(picks) + " |",
   ]
 
 
