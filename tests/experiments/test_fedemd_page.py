@@ -30,7 +30,8 @@ def parse_table(lines: list[str]) -> dict[tuple[str, str], str]:
 
 def page_fig4_table() -> list[str]:
   lines = PAGE.read_text().splitlines()
-  start = next(i for i, l in enumerate(lines) if l.startswith("| | 1 excl (Table 1) | 2 excl"))
+  header = "| | 1 excl (Table 1) | 2 excl"
+  start = next(i for i, line in enumerate(lines) if line.startswith(header))
   end = next(i for i in range(start, len(lines)) if not lines[i].startswith("|"))
   return lines[start:end]
 
