@@ -24,5 +24,8 @@ nice -n 10 $PY -m experiments.fedemd "${T1[@]}" "${ROUND[@]}" --output_dir=runs/
 nice -n 10 $PY -m experiments.fedemd "${T1[@]}" "${PP[@]}" --output_dir=runs/fedemd_fmnist_text --seeds=0,1,2 || exit 1
 nice -n 10 $PY -m experiments.fedemd "${T1[@]}" "${ROUND[@]}" --output_dir=runs/fedemd_fmnist_text_round_lr --seeds=0,1,2 || exit 1
 nice -n 10 $PY -m experiments.fedemd "${FIG4[@]}" "${ROUND[@]}" --output_dir=runs/fedemd_fmnist_text_fig4 --seeds=0 || exit 1
-nice -n 10 $PY -m experiments.fedemd "${T1[@]}" "${ROUND[@]}" "${MEAN[@]}" --output_dir=runs/fedemd_fmnist_text_round_lr_mean --seeds=0 || exit 1
+# (FedEMD's cell first: it is the one the diagnosis is about; Random's follows for its own table)
+FEDEMD_FIRST="--config.methods=('fedemd','random')"
+T1_FEDEMD_FIRST=("${T1[@]/--config.methods=*/$FEDEMD_FIRST}")
+nice -n 10 $PY -m experiments.fedemd "${T1_FEDEMD_FIRST[@]}" "${ROUND[@]}" "${MEAN[@]}" --output_dir=runs/fedemd_fmnist_text_round_lr_mean --seeds=0 || exit 1
 nice -n 10 $PY -m experiments.fedemd "${FIG4[@]}" "${PP[@]}" --output_dir=runs/fedemd_fmnist_text_fig4_pp --seeds=0 || exit 1
