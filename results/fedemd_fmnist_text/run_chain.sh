@@ -16,7 +16,8 @@ PP=(--config.base.lr_schedule_unit=participation --config.base.lr_step_size=10)
 FIG4=("${COMMON[@]}" --config.scenarios="('2_excl','3_excl','2_shared','3_shared')")
 MEAN=(--config.base.aggregator_hparams.weighting=uniform)  # the authors' plain mean
 # 1-2: seed 0 of Table 1 under both lr units; 3-4: seeds 0-2; 5: Fig. 4 seed 0 under the
-# default (round) unit; 6: Table 1 seed 0, round unit, with only the weighting changed to the
+# default (round) unit; 6a: Table 1 seed 0, round unit, with only the lr step removed
+# (constant lr); 6: Table 1 seed 0, round unit, with only the weighting changed to the
 # plain mean (the diagnosis of FedEMD's rounds 1-10 under size weights); 7: Fig. 4 seed 0
 # per participation
 nice -n 10 $PY -m experiments.fedemd "${T1[@]}" "${PP[@]}" --output_dir=runs/fedemd_fmnist_text --seeds=0 || exit 1
@@ -24,6 +25,11 @@ nice -n 10 $PY -m experiments.fedemd "${T1[@]}" "${ROUND[@]}" --output_dir=runs/
 nice -n 10 $PY -m experiments.fedemd "${T1[@]}" "${PP[@]}" --output_dir=runs/fedemd_fmnist_text --seeds=0,1,2 || exit 1
 nice -n 10 $PY -m experiments.fedemd "${T1[@]}" "${ROUND[@]}" --output_dir=runs/fedemd_fmnist_text_round_lr --seeds=0,1,2 || exit 1
 nice -n 10 $PY -m experiments.fedemd "${FIG4[@]}" "${ROUND[@]}" --output_dir=runs/fedemd_fmnist_text_fig4 --seeds=0 || exit 1
+# 6a: the diagnosis of R@99 under the round unit: Table 1 seed 0 with only the step changed to
+# none within the 200 rounds (lr_step_size 200: constant lr), to see whether the lr drop at
+# round 100 is what sets both methods' R@99 (neither reaches the target before it, seeds 0-2)
+NOSTEP=(--config.base.lr_schedule_unit=round --config.base.lr_step_size=200)
+nice -n 10 $PY -m experiments.fedemd "${T1[@]}" "${NOSTEP[@]}" --output_dir=runs/fedemd_fmnist_text_round_lr_nostep --seeds=0 || exit 1
 # (FedEMD's cell first: it is the one the diagnosis is about; Random's follows for its own table)
 FEDEMD_FIRST="--config.methods=('fedemd','random')"
 T1_FEDEMD_FIRST=("${T1[@]/--config.methods=*/$FEDEMD_FIRST}")
