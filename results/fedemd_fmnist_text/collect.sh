@@ -5,7 +5,7 @@
 # *.png written by experiments.fedemd) are copied whole: they cover the cells that finished.
 set -euo pipefail
 cd "$(dirname "$0")/../.."  # the repository root
-for name in fedemd_fmnist_text{,_round_lr,_round_lr_nostep,_round_lr_mean,_fig4,_fig4_pp}; do
+for name in fedemd_fmnist_text{,_round_lr,_round_lr_nostep,_round_lr_mean,_round_lr_svb,_fig4,_fig4_pp}; do
   src=runs/$name dst=results/$name
   [ -d "$src" ] || continue
   mkdir -p "$dst"
