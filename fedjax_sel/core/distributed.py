@@ -39,6 +39,37 @@ class LaunchError(ValueError):
   """A bad multi-process launch (one-line message naming the bad value)."""
 
 
+# seconds a CPU device waits in a collective for the process's other CPU devices before XLA
+# aborts the process (XLA's own default is 40 s): a loaded machine (a test suite beside a
+# niced study) can hold one device's thread that long, and the abort loses the rounds since
+# the last checkpoint (seen on the FedEMD study, BUILD_NOTES)
+CPU_COLLECTIVE_TIMEOUT_S = 3600
+_CPU_TIMEOUT_FLAGS = (
+  "xla_cpu_collective_call_terminate_timeout_seconds",
+  "xla_cpu_collective_call_warn_stuck_timeout_seconds",
+)
+
+
+def relax_cpu_collective_timeouts(timeout_s: int = CPU_COLLECTIVE_TIMEOUT_S) -> str:
+  """Adds XLA:CPU's collective timeouts to ``XLA_FLAGS``; returns the new value.
+
+  The process aborts after ``timeout_s`` seconds in one collective instead of XLA's 40, and
+  warns after ``min(60, timeout_s // 2)`` (at least 1). A flag the user already set in
+  ``XLA_FLAGS`` is kept. Takes effect only before JAX starts its backend.
+  """
+  if not is_integer(timeout_s, strict=True) or timeout_s < 1:
+    raise LaunchError(f"collective timeout {timeout_s!r}; allowed: an integer >= 1 (seconds)")
+  flags = os.environ.get("XLA_FLAGS", "")
+  values = (int(timeout_s), max(1, min(60, int(timeout_s) // 2)))
+  added = [
+    f"--{name}={value}"
+    for name, value in zip(_CPU_TIMEOUT_FLAGS, values)
+    if f"--{name}=" not in flags
+  ]
+  os.environ["XLA_FLAGS"] = " ".join([flags, *added]).strip()
+  return os.environ["XLA_FLAGS"]
+
+
 def check_launch(
   coordinator_address: str | None,
   num_processes: int | None,
@@ -138,6 +169,8 @@ def initialize(
     LaunchError: a bad flag value, or a launch that did not come together (one line).
   """
   several = check_launch(coordinator_address, num_processes, process_id, timeout_s, cpu_devices)
+  if cpu_devices and int(cpu_devices) > 1:
+    relax_cpu_collective_timeouts()
   if cpu_devices:
     try:
       jax.config.update("jax_num_cpu_devices", int(cpu_devices))

@@ -658,3 +658,78 @@ def test_a_lost_process_is_noticed_before_jax_heartbeat_timeout_aborts():
   for t in range(1, 400):
     h = distributed.heartbeat_timeout(t)
     assert peer_failure.stale_after(h) + peer_failure.BEAT_S <= h - 4.5
+
+
+# ---------------------------------------------------------------------- CPU collective timeouts
+def test_cpu_collective_timeouts_are_added_and_a_users_own_is_kept(monkeypatch):
+  monkeypatch.setenv("XLA_FLAGS", "--xla_dump_to=/tmp/x")
+  out = distributed.relax_cpu_collective_timeouts(3600)
+  assert out == (
+    "--xla_dump_to=/tmp/x --xla_cpu_collective_call_terminate_timeout_seconds=3600"
+    " --xla_cpu_collective_call_warn_stuck_timeout_seconds=60"
+  )
+  assert distributed.relax_cpu_collective_timeouts(5) == out  # both set now: nothing added
+  monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_collective_call_terminate_timeout_seconds=7")
+  assert distributed.relax_cpu_collective_timeouts(3) == (
+    "--xla_cpu_collective_call_terminate_timeout_seconds=7"
+    " --xla_cpu_collective_call_warn_stuck_timeout_seconds=1"  # 3 // 2
+  )
+  monkeypatch.delenv("XLA_FLAGS")
+  assert distributed.relax_cpu_collective_timeouts(1).endswith("warn_stuck_timeout_seconds=1")
+  for bad in (0, -5, 2.5, True, "60"):
+    with pytest.raises(distributed.LaunchError, match=f"collective timeout {bad!r}; allowed"):
+      distributed.relax_cpu_collective_timeouts(bad)
+
+
+# device 1 reaches a psum `delay` s after device 0; the script sets the timeout through the
+# package, as initialize(cpu_devices=2) does, before JAX starts its backend
+_LATE_DEVICE = """
+import sys, time
+from fedjax_sel.core import distributed
+timeout, delay = int(sys.argv[1]), float(sys.argv[2])
+if timeout:
+  distributed.relax_cpu_collective_timeouts(timeout)
+distributed.initialize(cpu_devices=2, auto_detect=False)
+import jax, jax.numpy as jnp, numpy as np
+from jax.sharding import Mesh, PartitionSpec as P
+mesh = Mesh(np.array(jax.devices()), ("d",))
+def late(x):
+  if float(x[0]) == 1.0:
+    time.sleep(delay)
+  return x
+def f(x):
+  y = jax.pure_callback(late, jax.ShapeDtypeStruct(x.shape, x.dtype), x)
+  return jax.lax.psum(y, "d")
+g = jax.jit(jax.shard_map(f, mesh=mesh, in_specs=P("d"), out_specs=P()))
+print("sum", float(g(jnp.arange(2.0))[0]))
+"""
+
+
+@pytest.mark.parametrize("timeout,delay,finishes", [(1, 4.0, False), (30, 4.0, True)])
+def test_xla_honours_the_cpu_collective_timeout_set_before_the_backend(timeout, delay, finishes):
+  env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+  proc = subprocess.run(
+    [sys.executable, "-c", _LATE_DEVICE, str(timeout), str(delay)],
+    capture_output=True,
+    text=True,
+    timeout=120,
+    env=dict(env, JAX_PLATFORMS="cpu"),
+    cwd=REPO,
+  )
+  if finishes:
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "sum 1.0" in proc.stdout
+  else:  # XLA aborts the process after `timeout` s of waiting (SIGABRT)
+    assert proc.returncode != 0 and "sum" not in proc.stdout
+    assert "Termination timeout for `all reduce" in proc.stderr
+    assert f"of {timeout} seconds exceeded" in proc.stderr
+
+
+def test_initialize_with_several_cpu_devices_sets_the_long_timeout(monkeypatch):
+  calls = []
+  monkeypatch.setattr(distributed, "relax_cpu_collective_timeouts", lambda: calls.append(1))
+  monkeypatch.setattr(distributed.jax.config, "update", lambda *a: None)
+  distributed.initialize(cpu_devices=1, auto_detect=False)
+  assert calls == []  # one device: no collective between devices
+  distributed.initialize(cpu_devices=2, auto_detect=False)
+  assert calls == [1]
