@@ -15,6 +15,9 @@ import json
 import os
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from accuracy_blocks import read_accuracy  # noqa: E402  (the sibling script)
+
 METHODS = ("random", "fedemd")
 DEFAULT_SCENARIOS = ("2_excl", "3_excl", "2_shared", "3_shared")
 
@@ -29,13 +32,7 @@ def load_cell(cells_dir: str, scenario: str, method: str, seed: int) -> dict | N
     return None
   if not summary.get("complete"):
     return None
-  history = {}
-  with open(os.path.join(cell, "metrics.jsonl")) as f:
-    for line in f:
-      row = json.loads(line)
-      if "test_accuracy" in row:
-        history[int(row["round"])] = float(row["test_accuracy"])
-  summary["history"] = history
+  summary["history"] = read_accuracy(cell)
   return summary
 
 
