@@ -246,6 +246,7 @@ def test_same_seed_same_metrics_and_config_json_records_versions(
   assert env["jax"] == jax.__version__ and env["jaxlib"]
   assert env["backend"] == jax.default_backend()
   assert env["devices"] == [str(d) for d in jax.devices()]
+  assert env["cpu"] == experiment.cpu_info()
   expected = _small_config().to_dict()
   expected["output_dir"] = ref_out
   assert cfg["config"] == json.loads(results.dumps_line(expected))

@@ -19,6 +19,7 @@ from fedjax_sel.experiment.batch import run_batch
 from fedjax_sel.experiment.build import (
   Components,
   build,
+  cpu_info,
   environment,
   load_data,
   make_components,
@@ -66,6 +67,7 @@ __all__ = [
   "batch_key",
   "build",
   "combine_summaries",
+  "cpu_info",
   "default_config",
   "environment",
   "load_data",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import platform
 import sys
 from typing import Any, NamedTuple
 
@@ -116,6 +117,51 @@ def _check_inits(model, dataset, avail, sel, agg, upd) -> None:
   jax.eval_shape(lambda p: upd.init(p, dataset.num_clients), params)
 
 
+# The instruction-set extensions that change which kernels XLA:CPU emits (and so the order
+# of float sums): the same program on two hosts that differ here gives accuracies that
+# differ from the first round, in the third or fourth digit (BUILD_NOTES, "Across CPUs").
+SIMD_FLAGS = (
+  "sse4_2",
+  "avx",
+  "avx2",
+  "fma",
+  "avx512f",
+  "avx512_bf16",
+  "avx512_fp16",
+  "amx_tile",
+  "asimd",
+  "sve",
+)
+
+
+def cpu_info(cpuinfo: str | None = None) -> dict:
+  """The host CPU as ``{"model", "family", "model_number", "simd"}``, read from
+  ``/proc/cpuinfo`` (or the given text; ``platform`` where there is none).
+
+  Bit-for-bit equality of two runs holds on hosts with the same CPU model and SIMD flags;
+  results record this so that a reader knows which comparison to expect.
+  """
+  if cpuinfo is None:
+    try:
+      with open("/proc/cpuinfo") as f:
+        cpuinfo = f.read()
+    except OSError:
+      cpuinfo = ""
+  fields: dict[str, str] = {}
+  for line in cpuinfo.splitlines():
+    key, sep, value = line.partition(":")
+    key = key.strip()
+    if sep and key not in fields:  # the first processor's block
+      fields[key] = value.strip()
+  flags = set((fields.get("flags") or fields.get("Features") or "").split())
+  return {
+    "model": fields.get("model name") or platform.processor() or platform.machine(),
+    "family": fields.get("cpu family") or fields.get("CPU architecture", ""),
+    "model_number": fields.get("model") or fields.get("CPU part", ""),
+    "simd": [f for f in SIMD_FLAGS if f in flags],
+  }
+
+
 def environment() -> dict:
   import fedjax_sel
 
@@ -133,4 +179,5 @@ def environment() -> dict:
     "python": sys.version.split()[0],
     "backend": jax.default_backend(),
     "devices": [str(d) for d in jax.devices()],
+    "cpu": cpu_info(),
   }

@@ -358,3 +358,41 @@ def test_overflowing_server_lr_stops_with_exit_1_and_results(tmp_path, capsys):
   assert summary["rounds"] == 5
   assert [r["round"] for r in results.read_jsonl(str(out / "metrics.jsonl"))] == [5]
   assert checkpoint.latest_round(str(out)) is None  # a broken model is not checkpointed
+
+
+# The first processor's block of /proc/cpuinfo on two hosts (trimmed): an x86 one and an ARM one.
+X86_CPUINFO = """processor\t: 0
+vendor_id\t: AuthenticAMD
+cpu family\t: 25
+model\t\t: 1
+model name\t: AMD EPYC
+flags\t\t: fpu sse4_1 sse4_2 avx f16c avx2 fma bmi2
+
+processor\t: 1
+cpu family\t: 99
+model name\t: not the first block
+flags\t\t: avx512f
+"""
+ARM_CPUINFO = """processor\t: 0
+BogoMIPS\t: 243.75
+Features\t: fp asimd evtstrm aes sve
+CPU architecture: 8
+CPU part\t: 0xd40
+"""
+
+
+def test_environment_records_the_cpu_from_the_first_processor_block():
+  """config.json's environment names the CPU (model, family, model number, and the SIMD
+  extensions that decide XLA:CPU's kernels), because runs are bit for bit equal only on
+  hosts that agree here; the values come from the first processor's block."""
+  assert experiment.cpu_info(X86_CPUINFO) == {
+    "model": "AMD EPYC",
+    "family": "25",
+    "model_number": "1",
+    "simd": ["sse4_2", "avx", "avx2", "fma"],
+  }
+  arm = experiment.cpu_info(ARM_CPUINFO)
+  assert (arm["family"], arm["model_number"], arm["simd"]) == ("8", "0xd40", ["asimd", "sve"])
+  assert arm["model"]  # no "model name" line: platform's name for the machine
+  assert experiment.cpu_info("")["simd"] == []
+  assert experiment.environment()["cpu"] == experiment.cpu_info()
