@@ -69,7 +69,7 @@ def make_mifa(
   Args:
     weighting: "uniform" (q_i = 1/N, MIFA's objective) or "num_examples" (q_i = n_i/sum n).
     average_over: "all" (MIFA: every client, never-seen ones as zeros) or "seen".
-    step_scale: factor on the update, > 0 (1: MIFA).
+    step_scale: factor on the update, finite and > 0 (1: MIFA).
 
   References:
     Gu et al., "Fast Federated Learning in the Presence of Arbitrary Device Unavailability",
@@ -78,7 +78,9 @@ def make_mifa(
   _common.check_weighting(weighting)
   if average_over not in AVERAGE_OVER:
     raise ValueError(f"average_over={average_over!r} is not allowed; allowed: {list(AVERAGE_OVER)}")
-  check_range("step_scale", step_scale, 0.0, None, low_inclusive=False)
+  check_range(
+    "step_scale", step_scale, 0.0, float("inf"), low_inclusive=False, high_inclusive=False
+  )  # finite: inf makes every update inf (found by test_properties)
 
   def init(params: Params, info: ClientInfo) -> MIFAState:
     num_clients = info.num_clients

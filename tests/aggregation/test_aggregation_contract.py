@@ -63,6 +63,7 @@ def test_unknown_name_lists_known_names():
     ("mifa", {"weighting": "by_size"}),
     ("mifa", {"average_over": "available"}),
     ("mifa", {"step_scale": 0.0}),
+    ("mifa", {"step_scale": float("inf")}),
     ("fedavg_is", {"min_prob": 0.0}),
     ("fdms", {"confidence": 1.0}),
     ("fdms", {"beta": 0.0}),
