@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import os
-import platform
 import statistics
 import time
 from collections.abc import Callable
@@ -21,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from fedjax_sel import models
+from fedjax_sel import experiment, models
 from fedjax_sel.core import engine as engine_lib
 from fedjax_sel.data.synthetic import synthetic
 
@@ -32,18 +31,9 @@ IMAGE_SHAPES = {"cnn_mnist": (28, 28, 1), "cnn_cifar": (32, 32, 3)}
 def machine_info(with_torch: bool = False) -> dict:
   """nproc, CPU model, load and library versions (torch only if asked: importing it costs
   ~200 MB of resident memory, which would pollute memory measurements)."""
-  cpu = platform.processor() or "unknown"
-  try:
-    with open("/proc/cpuinfo") as f:
-      for line in f:
-        if line.startswith("model name"):
-          cpu = line.split(":", 1)[1].strip()
-          break
-  except OSError:
-    pass
   info = {
     "nproc": os.cpu_count(),
-    "cpu": cpu,
+    "cpu": experiment.cpu_info()["model"],  # what config.json records for a run
     "jax": jax.__version__,
     "backend": jax.default_backend(),
     "devices": len(jax.devices()),
