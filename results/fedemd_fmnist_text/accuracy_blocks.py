@@ -1,4 +1,4 @@
-"""Mean test accuracy (%) per block of rounds, one markdown row a cell (issue 41's pages).
+"""Mean test accuracy (%) per block of rounds, one markdown row a cell (the FedEMD page).
 
   python results/fedemd_fmnist_text/accuracy_blocks.py [--blocks=10,10,...] CELL_DIR...
 

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Copy the finished tables and per-round files of the issue-41 runs from runs/ to results/
+# Copy the finished tables and per-round files of run_chain.sh's runs from runs/ to results/
 # (never checkpoints). Usage, from anywhere: results/fedemd_fmnist_text/collect.sh
 # A cell is copied only when its run finished (summary.json says "complete": true); the tables (*.md, *.csv,
 # *.png written by experiments.fedemd) are copied whole: they cover the cells that finished.

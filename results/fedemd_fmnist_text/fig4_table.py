@@ -1,4 +1,4 @@
-"""The FedEMD page's Fig. 4 table rows from a study's cells (issue 41); prints markdown.
+"""The FedEMD page's Fig. 4 table rows from a study's cells; prints markdown.
 
   python results/fedemd_fmnist_text/fig4_table.py CELLS_DIR [--seed=0] [SCENARIO...]
 

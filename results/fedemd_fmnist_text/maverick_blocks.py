@@ -1,16 +1,22 @@
-"""Maverick selections per 50-round block, selection only (issue 41); prints one line a cell.
+"""Maverick selections per 50-round block, selection only; prints one line a cell.
 
-  PYTHONPATH=. python results/fedemd_fmnist_text/maverick_blocks.py
+  PYTHONPATH=. python results/fedemd_fmnist_text/maverick_blocks.py [<Fashion-MNIST folder>]
+
+The folder holds the four IDX files; by default where Debian's dataset-fashion-mnist
+installs them (/usr/share/datasets/fashion-mnist).
 
 Replays the cohorts of the FedEMD study's cells (``experiments.fedemd.replay_selection``, no
 training) on the real Fashion-MNIST partitions, for both readings of D_c. Random's and
 FedEMD's cohorts depend neither on the FedAvg weighting nor on the lr schedule.
 """
 
+import sys
+
 from experiments import fedemd
 from experiments.configs import fedemd as study_config
 
 SCENARIOS = ("1_excl", "2_excl", "3_excl", "2_shared", "3_shared")
+DATA_DIR = sys.argv[1] if len(sys.argv) > 1 else "/usr/share/datasets/fashion-mnist"
 
 
 def main() -> None:
@@ -20,7 +26,7 @@ def main() -> None:
     c.maverick_classes = (1, 0, 2)
     c.methods = ("random", "fedemd")
     c.scenarios = SCENARIOS
-    c = fedemd.prepare_config(c, data_dir="/usr/share/datasets/fashion-mnist")
+    c = fedemd.prepare_config(c, data_dir=DATA_DIR)
     pool = fedemd.load_pool(c.base.dataset, c.base.data_dir)
     for scenario in SCENARIOS:
       data = fedemd.maverick_data(c, scenario, pool)

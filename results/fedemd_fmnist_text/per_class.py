@@ -1,6 +1,10 @@
-"""Per-class test accuracy of a FedEMD study cell's checkpoints (diagnosis, issue 41).
+"""Per-class test accuracy of a FedEMD study cell's checkpoints (a diagnosis).
 
 PYTHONPATH=. python results/fedemd_fmnist_text/per_class.py <cell folder> [<cell folder> ...]
+
+A cell folder is a run's `runs/<study>/cells/<cell>/seed<k>`: it needs the run's checkpoints,
+which are never committed, so the cells under results/ cannot be read; rerun the study
+(the FedEMD page's commands) to make them.
 """
 
 import json

@@ -1,11 +1,14 @@
 #!/bin/bash
-# FedEMD as its text describes (issue 41): D_c from label distributions, size-weighted FedAvg.
+# FedEMD as its text describes: D_c from label distributions, size-weighted FedAvg.
 # Resumable: rerun this script: nohup results/fedemd_fmnist_text/run_chain.sh > runs/fedemd_text_chain.log 2>&1 &
 # (every command has --resume; finished cells are skipped). Each command names its lr unit:
 # the study's default is ROUND below; PP is the authors' per-participation StepLR.
 set -x
 cd "$(dirname "$0")/../.."  # the repository root
-PY=.venv-test/bin/python
+# the Python with fedjax_sel installed (PYTHON=.venv/bin/python ...), and the folder of the four
+# Fashion-MNIST IDX files (default: where Debian's dataset-fashion-mnist installs them)
+PY=${PYTHON:-python}
+FMNIST=${FMNIST:-/usr/share/datasets/fashion-mnist}
 # A fresh machine has no runs/: seed it with the committed finished cells (config.json,
 # metrics.jsonl, summary.json with "complete"), which the binary reads back instead of
 # training again (experiments.common.run_cells), so the chain goes on at the first cell that
@@ -15,7 +18,7 @@ for cells in results/fedemd_fmnist_text*/cells; do
   mkdir -p "runs/$name" && cp -rn "$cells" "runs/$name/"
 done
 # (the scenarios are not in COMMON: a tuple flag given twice is joined, not replaced)
-COMMON=(--data_dir=/usr/share/datasets/fashion-mnist --cpu_devices=2 --resume
+COMMON=(--data_dir="$FMNIST" --cpu_devices=2 --resume
     --config.methods="('random','fedemd')" --config.maverick_classes="(1,0,2)"
     --config.trace_shapley=False)
 T1=("${COMMON[@]}" --config.scenarios="('1_excl',)")
@@ -48,5 +51,5 @@ nice -n 10 $PY -m experiments.fedemd "${T1_FEDEMD_FIRST[@]}" "${ROUND[@]}" "${ME
 SVB=(--config.methods="('random','shapley')" --config.maverick_classes="(1,0,2)" --config.trace_shapley=False)
 mkdir -p runs/fedemd_fmnist_text_round_lr_svb/cells/1_excl_random
 cp -rn runs/fedemd_fmnist_text_round_lr/cells/1_excl_random/seed0 runs/fedemd_fmnist_text_round_lr_svb/cells/1_excl_random/
-nice -n 10 $PY -m experiments.fedemd --data_dir=/usr/share/datasets/fashion-mnist --cpu_devices=2 --resume "${SVB[@]}" --config.scenarios="('1_excl',)" "${ROUND[@]}" --output_dir=runs/fedemd_fmnist_text_round_lr_svb --seeds=0 || exit 1
+nice -n 10 $PY -m experiments.fedemd --data_dir="$FMNIST" --cpu_devices=2 --resume "${SVB[@]}" --config.scenarios="('1_excl',)" "${ROUND[@]}" --output_dir=runs/fedemd_fmnist_text_round_lr_svb --seeds=0 || exit 1
 nice -n 10 $PY -m experiments.fedemd "${FIG4[@]}" "${PP[@]}" --output_dir=runs/fedemd_fmnist_text_fig4_pp --seeds=0 || exit 1
