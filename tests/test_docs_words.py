@@ -96,3 +96,37 @@ def test_a_planted_history_line_is_found(planted):
 )
 def test_ordinary_words_are_not_flagged(fine):
   assert find_history_words(fine) == []
+
+
+DEBIAN_FMNIST = "/usr/share/datasets/fashion-mnist"
+
+
+def machine_paths(text: str, name: str, described: int = 0) -> list[str]:
+  """Fashion-MNIST's folder is set once (`FMNIST=...`) and commands use `$FMNIST`.
+
+  `described` lines may name the folder in prose (the README says where Debian puts it).
+  """
+  lines = [line for line in text.splitlines() if DEBIAN_FMNIST in line]
+  settings = [line for line in lines if line.startswith("FMNIST=")]
+  others = [line for line in lines if not line.startswith("FMNIST=")]
+  errors = []
+  if len(settings) > 1:
+    errors.append(f"{name}: FMNIST is set {len(settings)} times")
+  if len(others) > described:
+    errors += [f"{name}: the folder written out: {line.strip()[:100]!r}" for line in others]
+  return errors
+
+
+def test_commands_take_fashion_mnist_from_one_variable():
+  errors = machine_paths((ROOT / "README.md").read_text(), "README.md", described=1)
+  for page in sorted((ROOT / "docs" / "reproductions").glob("*.md")):
+    errors += machine_paths(page.read_text(), page.name)
+  assert not errors, "\n".join(errors)
+
+
+def test_a_written_out_folder_is_found():
+  page = (ROOT / "docs" / "reproductions" / "fedar.md").read_text()
+  assert machine_paths(page, "fedar.md") == []
+  planted = page.replace('--data_dir="$FMNIST"', f"--data_dir={DEBIAN_FMNIST}", 1)
+  assert planted != page
+  assert any("written out" in e for e in machine_paths(planted, "fedar.md"))
