@@ -8,11 +8,13 @@ from fedjax_sel.selection import (
   clustered,
   common,
   fedemd,
+  fedfast,
   fedgs,
   full,
   md,
   power_of_choice,
   shapley,
+  tifl,
   uniform,
 )
 from fedjax_sel.selection.clustered import (
@@ -30,11 +32,13 @@ from fedjax_sel.selection.common import (
   weighted_sample_without_replacement,
 )
 from fedjax_sel.selection.fedemd import emd, make_fedemd, selection_logits
+from fedjax_sel.selection.fedfast import make_fedfast
 from fedjax_sel.selection.full import make_full
 from fedjax_sel.selection.md import make_md
 from fedjax_sel.selection.power_of_choice import make_power_of_choice
 from fedjax_sel.selection.registry import REGISTRY, register
 from fedjax_sel.selection.shapley import make_shapley, shapley_values
+from fedjax_sel.selection.tifl import make_tifl
 from fedjax_sel.selection.uniform import make_uniform
 
 make = REGISTRY.make
@@ -48,16 +52,19 @@ __all__ = [
   "emd",
   "fedavg_weights",
   "fedemd",
+  "fedfast",
   "fedgs",
   "full",
   "make",
   "make_clustered_similarity",
   "make_clustered_size",
   "make_fedemd",
+  "make_fedfast",
   "make_full",
   "make_md",
   "make_power_of_choice",
   "make_shapley",
+  "make_tifl",
   "make_uniform",
   "masked_top_k",
   "md",
@@ -70,6 +77,7 @@ __all__ = [
   "shapley",
   "shapley_values",
   "similarity_distributions",
+  "tifl",
   "uniform",
   "ward_flat_clusters",
   "weighted_sample_without_replacement",

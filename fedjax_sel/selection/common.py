@@ -172,3 +172,31 @@ def make_selection(cohort: Array, valid: Array, weights: Array) -> Selection:
     valid=valid,
     weights=jnp.where(valid, weights, 0.0).astype(jnp.float32),
   )
+
+
+def fill_empty_slots(
+  key: PRNGKey, cohort: Array, valid: Array, avail: Array
+) -> tuple[Array, Array]:
+  """Fills the invalid slots with available clients not in the cohort, uniformly at random.
+
+  Used by strategies that pick from one group of clients (a TiFL tier, a FedFast cluster)
+  when the group has fewer available clients than slots: afterwards ``valid.sum() ==
+  min(M, avail.sum())`` and the cohort stays distinct. Valid slots keep their clients.
+
+  Args:
+    key: PRNG key.
+    cohort: i32[M], distinct clients on the valid slots.
+    valid: bool[M].
+    avail: bool[N].
+
+  Returns:
+    (cohort i32[M], valid bool[M]).
+  """
+  m = cohort.shape[0]
+  n = avail.shape[0]
+  picked = jnp.zeros((n,), jnp.int32).at[cohort].add(valid.astype(jnp.int32)) > 0
+  fill, fill_valid = uniform_without_replacement(key, avail & ~picked, m)
+  pos = jnp.clip(jnp.cumsum(~valid) - 1, 0, m - 1)  # the p-th empty slot takes fill[p]
+  new_valid = valid | (~valid & fill_valid[pos])
+  new_cohort = jnp.where(valid, cohort, fill[pos])
+  return jnp.where(new_valid, new_cohort, 0).astype(jnp.int32), new_valid

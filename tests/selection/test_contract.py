@@ -61,5 +61,7 @@ def test_expected_strategies_registered():
     "clustered_similarity",
     "fedemd",
     "shapley",
+    "tifl",
+    "fedfast",
   }
   assert expected <= set(selection.names())

@@ -1,0 +1,246 @@
+"""FedFast (Muhammad et al.): K-means clusters of clients and picks from every cluster.
+
+Restricted to its client selection ("ActvSAMP"), as the FedEMD paper implements it (FedEMD
+Sec. 5.1, footnote 2: "we do not implement [...] the aggregation in FedFast"). Each round
+(FedEMD Sec. 5.4: "FedFast performs K-means clustering for client selection each round"):
+
+1. The available clients are clustered into K clusters by K-means (k-means++ seeding, then
+   ``kmeans_iters`` Lloyd iterations) on their feature vectors.
+2. ClusterSampling: the M slots are shared among the clusters and each cluster's slots are
+   filled by drawing its available members uniformly without replacement. Slots a cluster
+   cannot fill (an empty cluster, or fewer members than slots) are filled uniformly from the
+   available clients not yet picked.
+
+Aggregation weights are FedAvg's ``n_k / sum n``.
+
+Readings (BUILD_NOTES.md, Selection, FedFast):
+
+* What is clustered (``features``): FedFast clusters users by their user embeddings, the
+  part of a recommender's model that local training makes client-specific. A classifier
+  has no user embedding; what local training makes client-specific is the whole local
+  update, so ``"updates"`` (default) clusters the clients' latest local updates
+  (``ctx.update_sketch``, a random projection; a client never selected has a zero row, so
+  the unseen clients form one group). ``"labels"`` clusters the clients' label
+  distributions (``ClientInfo.label_counts``), the data profile the update reflects,
+  available from round 0.
+* How slots are shared (``allocation``): ``"equal"`` (default) gives every cluster
+  ``M // K`` slots and one more to the first ``M mod K`` clusters; with K = M (default) that
+  is one client per cluster, so a Maverick alone in its cluster is picked every round, as
+  FedEMD Sec. 5.4 reports of FedFast. ``"proportional"`` gives cluster c
+  ``M |c| / |available|`` slots rounded by largest remainder (ties to the lower cluster id).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from fedjax_sel.core.registry import check_count
+from fedjax_sel.core.types import (
+  Array,
+  ClientInfo,
+  PRNGKey,
+  Selection,
+  SelectionContext,
+  SelectionStrategy,
+)
+from fedjax_sel.selection import common
+from fedjax_sel.selection.registry import register
+
+FEATURES = ("updates", "labels")
+ALLOCATIONS = ("equal", "proportional")
+
+
+class FedFastState(NamedTuple):
+  """FedFast server state.
+
+  Attributes:
+    label_dist: f32[N, C], each client's label distribution (used by ``features="labels"``).
+    clusters: i32[N], the cluster of each client in the last round (-1 if unavailable).
+  """
+
+  label_dist: Array
+  clusters: Array
+
+
+def _sq_dists(points: Array, centroids: Array) -> Array:
+  """f32[N, K] squared Euclidean distances."""
+  diff = points[:, None, :] - centroids[None, :, :]
+  return jnp.sum(diff * diff, axis=-1)
+
+
+def kmeans(key: PRNGKey, points: Array, mask: Array, num_clusters: int, iters: int) -> Array:
+  """K-means of the masked points: i32[N] cluster of every point (-1 outside ``mask``).
+
+  k-means++ seeding (the first centroid uniform among the masked points, each next one drawn
+  with probability proportional to the squared distance to the nearest chosen centroid;
+  uniform when all those distances are 0), then ``iters`` Lloyd iterations (assign each
+  point to its nearest centroid, ties to the lower cluster id; move each centroid to the
+  mean of its points; an empty cluster keeps its centroid).
+
+  Args:
+    key: PRNG key of the seeding.
+    points: f32[N, d].
+    mask: bool[N], the points to cluster.
+    num_clusters: K (static).
+    iters: Lloyd iterations (static).
+
+  References:
+    Lloyd 1982; Arthur & Vassilvitskii 2007 (k-means++); FedFast (Muhammad et al., KDD 2020)
+    clusters with K-means.
+  """
+  points = jnp.nan_to_num(jnp.asarray(points, jnp.float32))
+  n, d = points.shape
+  keys = jax.random.split(key, num_clusters)
+
+  def seed(k, centroids):
+    # squared distance to the nearest centroid chosen so far (rows >= k are placeholders)
+    chosen_before = jnp.arange(num_clusters) < k
+    dist = jnp.min(jnp.where(chosen_before[None, :], _sq_dists(points, centroids), jnp.inf), 1)
+    dist = jnp.where(jnp.isfinite(dist), dist, 0.0)
+    idx, _ = common.categorical_with_replacement(keys[k], dist, mask, 1)
+    return centroids.at[k].set(points[idx[0]])
+
+  centroids = jax.lax.fori_loop(0, num_clusters, seed, jnp.zeros((num_clusters, d), jnp.float32))
+
+  def lloyd(_, centroids):
+    assign = jnp.argmin(_sq_dists(points, centroids), axis=1)
+    onehot = jax.nn.one_hot(assign, num_clusters) * mask[:, None]
+    count = jnp.sum(onehot, axis=0)
+    total = onehot.T @ points
+    return jnp.where(count[:, None] > 0, total / jnp.maximum(count, 1.0)[:, None], centroids)
+
+  centroids = jax.lax.fori_loop(0, iters, lloyd, centroids)
+  assign = jnp.argmin(_sq_dists(points, centroids), axis=1).astype(jnp.int32)
+  return jnp.where(mask, assign, -1)
+
+
+def slots_per_cluster(sizes: Array, num_selected: int, allocation: str) -> Array:
+  """i32[K], how many of the M slots each cluster gets (they sum to M).
+
+  ``"equal"``: ``M // K`` each, one more for the first ``M mod K`` clusters.
+  ``"proportional"``: ``floor(M s_c / S)`` plus one for the ``M - sum`` clusters with the
+  largest remainders (ties to the lower id); equal when no cluster has members.
+  """
+  k = sizes.shape[0]
+  ids = jnp.arange(k)
+  equal = num_selected // k + (ids < num_selected % k).astype(jnp.int32)
+  if allocation == "equal":
+    return equal.astype(jnp.int32)
+  sizes = sizes.astype(jnp.float32)
+  total = jnp.sum(sizes)
+  share = num_selected * sizes / jnp.maximum(total, 1.0)
+  base = jnp.floor(share).astype(jnp.int32)
+  rem = share - base
+  left = num_selected - jnp.sum(base)
+  before = (rem[None, :] > rem[:, None]) | (
+    (rem[None, :] == rem[:, None]) & (ids[None] < ids[:, None])
+  )
+  extra = (jnp.sum(before, axis=1) < left).astype(jnp.int32)
+  return jnp.where(total > 0, base + extra, equal).astype(jnp.int32)
+
+
+def cluster_sampling(
+  key: PRNGKey, clusters: Array, avail: Array, num_clusters: int, num_selected: int, allocation: str
+) -> tuple[Array, Array]:
+  """FedFast's ClusterSampling: (cohort i32[M], valid bool[M]), distinct available clients.
+
+  Cluster c's slots (``slots_per_cluster``) go to its available members in a uniformly
+  random order; the slots left empty are filled uniformly from the available clients not
+  yet picked.
+  """
+  n = clusters.shape[0]
+  k_order, k_fill = jax.random.split(key)
+  member = avail & (clusters >= 0)
+  sizes = jax.ops.segment_sum(
+    member.astype(jnp.int32), jnp.where(member, clusters, 0), num_clusters
+  )
+  quota = slots_per_cluster(sizes, num_selected, allocation)  # i32[K], sums to M
+  # slot s belongs to cluster slot_cluster[s], as its slot_pos[s]-th slot
+  bounds = jnp.cumsum(quota)
+  slots = jnp.arange(num_selected)
+  slot_cluster = jnp.searchsorted(bounds, slots, side="right").astype(jnp.int32)
+  slot_pos = slots - (bounds - quota)[jnp.minimum(slot_cluster, num_clusters - 1)]
+  # within-cluster rank of every member in a random order
+  u = jax.random.uniform(k_order, (n,))
+  group = jnp.where(member, clusters, num_clusters)  # non-members sort last
+  order = jnp.lexsort((u, group))
+  sorted_group = group[order]
+  start = jnp.searchsorted(sorted_group, sorted_group, side="left")
+  rank = jnp.zeros((n,), jnp.int32).at[order].set((jnp.arange(n) - start).astype(jnp.int32))
+  hit = (
+    member[None, :]
+    & (clusters[None, :] == slot_cluster[:, None])
+    & (rank[None, :] == slot_pos[:, None])
+  )
+  cohort = jnp.argmax(hit, axis=1).astype(jnp.int32)
+  valid = jnp.any(hit, axis=1)
+  return common.fill_empty_slots(k_fill, cohort, valid, avail)
+
+
+def _check_choice(name: str, value, allowed: tuple[str, ...]) -> None:
+  if not isinstance(value, str) or value not in allowed:
+    raise ValueError(f"{name}={value!r}; allowed: {', '.join(allowed)}")
+
+
+@register("fedfast")
+def make_fedfast(
+  num_selected: int,
+  num_clusters: int | None = None,
+  features: str = "updates",
+  allocation: str = "equal",
+  kmeans_iters: int = 20,
+) -> SelectionStrategy:
+  """FedFast's active sampling: K-means clusters and ClusterSampling (selection only).
+
+  Args:
+    num_selected: M, the number of cohort slots.
+    num_clusters: K in [1, M]; None (default) means K = M, one pick per cluster.
+    features: ``"updates"`` (default, the latest local updates) or ``"labels"`` (label
+      distributions); see the module docstring.
+    allocation: ``"equal"`` (default) or ``"proportional"`` slots per cluster.
+    kmeans_iters: Lloyd iterations per round (default 20; K-means converges in a few on
+      these few dozen points).
+
+  References:
+    Muhammad et al., "FedFast: Going beyond average for faster training of federated
+    recommender systems", KDD 2020, Sec. 4 (ActvSAMP); Huang et al. (FedEMD), Sec. 5.1, 5.4.
+  """
+  num_selected = common.check_num_selected(num_selected)
+  if num_clusters is None:
+    num_clusters = num_selected
+  if not check_count("num_clusters", num_clusters) <= num_selected:
+    raise ValueError(
+      f"num_clusters={num_clusters!r} is out of range; allowed: integers in [1, {num_selected}]"
+      " (num_selected), or None"
+    )
+  num_clusters = int(num_clusters)
+  kmeans_iters = check_count("kmeans_iters", kmeans_iters)
+  _check_choice("features", features, FEATURES)
+  _check_choice("allocation", allocation, ALLOCATIONS)
+
+  def init(key: PRNGKey, info: ClientInfo) -> FedFastState:
+    del key
+    counts = jnp.asarray(info.label_counts, jnp.float32)
+    total = jnp.sum(counts, axis=1, keepdims=True)
+    dist = counts / jnp.maximum(total, 1.0)
+    return FedFastState(label_dist=dist, clusters=jnp.full((counts.shape[0],), -1, jnp.int32))
+
+  def select(
+    state: FedFastState, key: PRNGKey, avail: Array, t: Array, ctx: SelectionContext
+  ) -> tuple[Selection, FedFastState]:
+    del t
+    k_means, k_sample = jax.random.split(key)
+    points = ctx.update_sketch if features == "updates" else state.label_dist
+    clusters = kmeans(k_means, points, avail, num_clusters, kmeans_iters)
+    cohort, valid = cluster_sampling(
+      k_sample, clusters, avail, num_clusters, num_selected, allocation
+    )
+    weights = common.fedavg_weights(ctx.num_examples, cohort, valid)
+    return common.make_selection(cohort, valid, weights), state._replace(clusters=clusters)
+
+  return SelectionStrategy(
+    init=init, select=select, num_selected=num_selected, uses_updates=features == "updates"
+  )
