@@ -144,9 +144,43 @@ def fl_fdms() -> None:
       f"Full - FL-FDMS: final {final['Full'] - final['FL-FDMS']:+.2f}, "
       f"mean acc {speed['Full'] - speed['FL-FDMS']:+.2f}"
     )
+  fl_fdms_more()
 
 
-def fedemd() -> None:
+def fl_fdms_more() -> None:
+  """Sensitivity to α and the oracle friend under the redrawn process."""
+  acc = {r["method"]: r for r in table("fl_fdms_fmnist_mlp/accuracy.csv")}
+  conv = {r["method"]: r for r in table("fl_fdms_fmnist_mlp/convergence.csv")}
+  for m in ("Stale", "FL-FDMS", "Dropout"):
+    final = [first(acc[m][f"α={a}: final test acc (%)"]) for a in ("0.3", "0.7")]
+    speed = [first(conv[m][f"α={a}: mean test acc over rounds (%)"]) for a in ("0.3", "0.7")]
+    print(
+      f"redrawn, {m}: lost from α=0.3 to 0.7: final {final[0] - final[1]:.2f}, "
+      f"mean acc {speed[0] - speed[1]:.2f} points"
+    )
+  oacc = {r["method"]: r for r in table("fl_fdms_fmnist_mlp_oracle/accuracy.csv")}
+  oconv = {r["method"]: r for r in table("fl_fdms_fmnist_mlp_oracle/convergence.csv")}
+  oracle = next(m for m in oacc if "oracle" in m)
+  for a in ("0.3", "0.5", "0.7"):
+    fcol, scol = f"α={a}: final test acc (%)", f"α={a}: mean test acc over rounds (%)"
+    o_final, o_speed = first(oacc[oracle][fcol]), first(oconv[oracle][scol])
+    print(
+      f"redrawn, α={a}: oracle friend - Stale (the tables' rounded means): final "
+      f"{o_final - first(acc['Stale'][fcol]):+.2f}, mean acc "
+      f"{o_speed - first(conv['Stale'][scol]):+.2f}"
+    )
+  for row in table("fl_fdms_fmnist_mlp_oracle/differences.csv"):
+    print("redrawn, " + ", ".join(f"{k} {v}" for k, v in row.items()))
+  # one client per cluster kept (Assumption 5), Markov: which method loses least
+  with open(f"{RESULTS}/fl_fdms_fmnist_mlp_markov/assumption5/sensitivity.csv", newline="") as f:
+    for method, final, final_loss, speed, speed_loss in list(csv.reader(f))[1:]:
+      print(
+        f"Markov, one client per cluster kept, {method}: lost from α=0.3 to 0.7: final "
+        f"{final_loss} ({final}), mean acc {speed_loss} ({speed})"
+      )
+
+
+def fedemd_first_reading() -> None:
   # Seed 0 of Table 1's cells is not committed: its values come from the seed-0 tables.
   seed0 = {
     "R@99": {r["method"]: first(r["1 excl"]) for r in table("fedemd_fmnist/r99.csv")},
@@ -210,6 +244,144 @@ def fedemd() -> None:
       )
 
 
+def counts_of(summary: dict) -> np.ndarray:
+  """Selections per client; some summaries store the list as a JSON string."""
+  c = summary["sampling_counts"]
+  return np.asarray(json.loads(c) if isinstance(c, str) else c, np.int64)
+
+
+def accuracies(history: list[dict]) -> np.ndarray:
+  """f64[rounds]: test accuracy (%) at rounds 1..T (the FedEMD cells evaluate every round)."""
+  assert [r["round"] for r in history] == list(range(1, len(history) + 1))
+  return 100 * np.asarray([r["test_accuracy"] for r in history], np.float64)
+
+
+# the page's block tables: 10-round blocks to round 60, then 20-round blocks
+BLOCKS = [(a, a + 9) for a in range(1, 60, 10)] + [(a, a + 19) for a in range(61, 200, 20)]
+
+
+def blocks(acc: np.ndarray, spans=BLOCKS) -> str:
+  return " / ".join(f"{acc[a - 1 : b].mean():.1f}" for a, b in spans)
+
+
+def seconds_of(summaries: list[dict]) -> float:
+  """Wall time of the cells' programs (cells run together share one program's seconds)."""
+  return sum(s["seconds"] / s.get("experiments_in_program", 1) for s in summaries)
+
+
+def fedemd_text_table1(folder: str, unit: str) -> None:
+  """Table 1 under the text's reading (D_c from distributions, size weights), one lr unit."""
+  reached = {"random": [], "fedemd": []}
+  final = {"random": [], "fedemd": []}
+  summaries = []
+  for seed in (0, 1, 2):
+    cells = {m: cell(f"{folder}/cells/1_excl_{m}/seed{seed}") for m in ("random", "fedemd")}
+    acc = {m: accuracies(h) for m, (_, h) in cells.items()}
+    target = 0.99 * acc["random"].max()
+    for m, (summary, _) in cells.items():
+      summaries.append(summary)
+      a = acc[m]
+      hit = np.flatnonzero(a >= target)
+      reached[m].append(int(hit[0]) + 1 if hit.size else None)
+      final[m].append(a[-1])
+      print(
+        f"Table 1, {unit}, seed {seed}, {m}: R@99 {reached[m][-1] or '> 200'} (target "
+        f"{target:.2f}), best {a.max():.2f} (round {int(a.argmax()) + 1}), final {a[-1]:.2f}, "
+        f"best of rounds 1-100 {a[:100].max():.2f}, round 20 {a[19]:.1f}, Maverick picks "
+        f"{counts_of(summary)[0]} of {counts_of(summary).sum()}"
+      )
+      print(f"  mean accuracy per block {BLOCKS[0][0]}-{BLOCKS[-1][1]}: {blocks(a)}")
+    ahead = np.flatnonzero(acc["fedemd"] > acc["random"]) + 1
+    print(
+      f"  FedEMD ahead of Random in {ahead.size} of 200 evaluations, the last at round "
+      f"{ahead.max() if ahead.size else None}"
+    )
+  for m in ("random", "fedemd"):
+    r = [x for x in reached[m] if x is not None]
+    text = mean_std(r) if r else "> 200"
+    print(
+      f"Table 1, {unit}, seeds 0-2, {m}: R@99 {text} ({len(r)} of 3 seeds reach it), "
+      f"final {mean_std(final[m])} %"
+    )
+  print(
+    f"Table 1, {unit}: the six cells took {seconds_of(summaries) / 3600:.1f} h; per program "
+    "(seconds, cells in it), Random seed 0, FedEMD seed 0, Random seeds 1-2, FedEMD seeds 1-2: "
+    + ", ".join(
+      f"{summaries[i]['seconds']:.0f} s ({summaries[i].get('experiments_in_program', 1)})"
+      for i in (0, 1, 2, 3)
+    )
+  )
+
+
+def fedemd_text_fig4() -> None:
+  folder = "fedemd_fmnist_text_fig4"
+  summaries = []
+  for scenario in ("2_excl", "3_excl", "2_shared", "3_shared"):
+    k = int(scenario[0])
+    cells = {m: cell(f"{folder}/cells/{scenario}_{m}/seed0") for m in ("random", "fedemd")}
+    acc = {m: accuracies(h) for m, (_, h) in cells.items()}
+    target = 0.99 * acc["random"].max()
+    for m, (summary, _) in cells.items():
+      summaries.append(summary)
+      a = acc[m]
+      hit = np.flatnonzero(a >= target)
+      c = counts_of(summary)  # per-block picks need the cohorts: maverick_blocks.md
+      print(
+        f"Fig. 4, text's reading, {scenario}, seed 0, {m}: R@99 "
+        f"{int(hit[0]) + 1 if hit.size else '> 200'} (target {target:.2f}), best {a.max():.2f} "
+        f"(round {int(a.argmax()) + 1}), final {a[-1]:.2f}, best of rounds 1-100 "
+        f"{a[:100].max():.2f}, Maverick picks {c[:k].sum()} of {c.sum()}"
+      )
+      print(f"  mean accuracy per 20 rounds: {blocks(a, [(x, x + 19) for x in range(1, 200, 20)])}")
+  print(
+    f"Fig. 4, text's reading, seed 0: the eight cells took {seconds_of(summaries) / 3600:.1f} h"
+  )
+  first = []
+  for scenario in ("2_excl", "3_excl", "2_shared", "3_shared"):
+    for m in ("random", "fedemd"):
+      first.append(cell(f"fedemd_fmnist_fig4/cells/{scenario}_{m}/seed0")[0])
+  print(f"Fig. 4, first reading, seed 0: the eight cells took {seconds_of(first) / 3600:.1f} h")
+
+
+def fedemd_text_diagnoses() -> None:
+  _, stepped = cell("fedemd_fmnist_text_round_lr/cells/1_excl_random/seed0")
+  stepped_target = 0.99 * accuracies(stepped).max()
+  cells = {
+    m: cell(f"fedemd_fmnist_text_round_lr_nostep/cells/1_excl_{m}/seed0")
+    for m in ("random", "fedemd")
+  }
+  acc = {m: accuracies(h) for m, (_, h) in cells.items()}
+  own = 0.99 * acc["random"].max()
+  for m, (summary, _) in cells.items():
+    a = acc[m]
+    hit, hit_stepped = np.flatnonzero(a >= own), np.flatnonzero(a >= stepped_target)
+    print(
+      f"no lr step, seed 0, {m}: R@99 {int(hit[0]) + 1 if hit.size else '> 200'} (own target "
+      f"{own:.2f}), first round at the stepped run's target ({stepped_target:.2f}) "
+      f"{int(hit_stepped[0]) + 1 if hit_stepped.size else 'never'}, best {a.max():.2f} (round "
+      f"{int(a.argmax()) + 1}), final {a[-1]:.2f}, best of rounds 1-100 {a[:100].max():.2f}, "
+      f"Maverick picks {counts_of(summary)[0]}; mean per 20 rounds, 101-200: "
+      + blocks(a, [(x, x + 19) for x in range(101, 200, 20)])
+    )
+  _, h = cell("fedemd_fmnist_text_round_lr_mean/cells/1_excl_fedemd/seed0")
+  a = accuracies(h)
+  print(
+    f"plain mean, seed 0, fedemd: rounds 1-10 {a[:10].mean():.1f}, 11-20 {a[10:20].mean():.1f}, "
+    f"best {a.max():.2f} (round {int(a.argmax()) + 1}), against the size-weighted Random's "
+    f"target {stepped_target:.2f}"
+  )
+
+
+def fedemd() -> None:
+  print("# the text's reading: D_c from label distributions, size-weighted FedAvg")
+  fedemd_text_table1("fedemd_fmnist_text_round_lr", "StepLR per round")
+  fedemd_text_table1("fedemd_fmnist_text", "StepLR per participation")
+  fedemd_text_fig4()
+  fedemd_text_diagnoses()
+  print("# the first reading (ablation): D_c from raw counts, plain mean, StepLR per participation")
+  fedemd_first_reading()
+
+
 def clustered_sampling() -> None:
   for name in (
     "clustered_sampling_fmnist/table_one_class.csv",
@@ -230,7 +402,21 @@ def clustered_sampling() -> None:
 
 
 def fedar() -> None:
+  from scipy import stats
+
   rows = {r["method"]: r for r in table("fedar_fmnist/accuracy.csv")}
+  for p in ("0.1", "0.5"):
+    col = f"p_min={p}: final test acc (%)"
+    mean, std = (float(x) for x in rows["FedAR"][col].split("±"))
+    for other in ("MIFA", "FedVARP"):
+      m2, s2 = (float(x) for x in rows[other][col].split("±"))
+      # the tables hold the population std (ddof=0) of 3 seeds; Welch's test wants ddof=1
+      c = np.sqrt(3 / 2)
+      test = stats.ttest_ind_from_stats(mean, std * c, 3, m2, s2 * c, 3, equal_var=False)
+      print(
+        f"p_min={p}: FedAR - {other} {mean - m2:+.2f} points, seed std {std:.2f} / {s2:.2f}, "
+        f"Welch's t-test on the table's mean ± std: p = {test.pvalue:.2f}"
+      )
   for p in ("0.1", "0.5"):
     col = f"p_min={p}: final test acc (%)"
     ours = first(rows["FedAR"][col])
