@@ -1,0 +1,77 @@
+"""Every committed file or folder the user documents name under results/ exists.
+
+README.md, docs/**/*.md and results/README.md point at committed results (`results/<folder>/
+<file>`, Markdown links `../../results/...`, brace and glob patterns such as
+`results/fedemd_fmnist_text{,_round_lr}/cells/1_excl_{random,fedemd}/seed*/`); a renamed or
+moved folder must take its references with it. The study binaries' own output folders
+under `runs/` are not checked (they exist only after a run).
+"""
+
+import glob
+import itertools
+import pathlib
+import re
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+# a path under results/, written plainly, in a link, or with braces and globs
+PATH = re.compile(r"(?<![\w./-])(?:\.\./)*results/[\w.*{},/\-]*")
+
+
+def user_documents() -> list[pathlib.Path]:
+  docs = sorted((ROOT / "docs").rglob("*.md"))
+  return [ROOT / "README.md", *docs, ROOT / "results" / "README.md"]
+
+
+def expand_braces(pattern: str) -> list[str]:
+  """`a{,_b}/c{x,y}` -> [a/cx, a/cy, a_b/cx, a_b/cy] (no nesting)."""
+  parts = re.split(r"(\{[^{}]*\})", pattern)
+  options = [p[1:-1].split(",") if p.startswith("{") else [p] for p in parts]
+  return ["".join(choice) for choice in itertools.product(*options)]
+
+
+def missing_paths(text: str, base: pathlib.Path) -> list[str]:
+  """The results/ paths of a document that match no committed file or folder."""
+  missing = []
+  for match in PATH.finditer(text):
+    line_start = text.rfind("\n", 0, match.start()) + 1
+    if "mkdir" in text[line_start : match.start()]:
+      continue  # a folder the command creates
+    raw = match.group(0).rstrip(".,")
+    relative = raw.lstrip("./")  # "../../results/x" and "results/x" name the same file
+    while relative.startswith("../"):
+      relative = relative[3:]
+    if relative in ("results", "results/"):
+      continue
+    for path in expand_braces(relative):
+      if not glob.glob(str(ROOT / path)):
+        missing.append(f"{base}: {raw}")
+        break
+  return missing
+
+
+def test_results_paths_named_in_the_documents_exist():
+  missing = []
+  for doc in user_documents():
+    missing += missing_paths(doc.read_text(), doc.relative_to(ROOT))
+  assert not missing, "\n".join(missing)
+
+
+@pytest.mark.parametrize(
+  "text, found",
+  [
+    ("see `results/fedar_fmnist/accuracy.md`", []),
+    ("see `results/fedar_fmnist/accuracy.mdx`", ["x: results/fedar_fmnist/accuracy.mdx"]),
+    ("[fig](../../results/fedar_fmnist/fig2_pmin0.1.png).", []),
+    ("`results/fedemd_fmnist_text{,_round_lr}/cells/1_excl_{random,fedemd}/seed*/`", []),
+    (
+      "`results/fedemd_fmnist_text{,_nope}/r99.md`",
+      ["x: results/fedemd_fmnist_text{,_nope}/r99.md"],
+    ),
+    ("written to runs/fedar_fmnist and copied to results/", []),
+    ("mkdir -p results/fedgs_fmnist/new_protocol && cp ...", []),
+  ],
+)
+def test_missing_paths_finds_exactly_the_missing_ones(text, found):
+  assert missing_paths(text, pathlib.Path("x")) == found
