@@ -3,6 +3,7 @@ r"""FedEMD (Huang et al.): client selection with Mavericks -- R@99 and Maverick 
   python -m experiments.fedemd --output_dir=runs/fedemd
   python -m experiments.fedemd --quick --output_dir=/tmp/fedemd
   python -m experiments.fedemd --data_dir=~/tensorflow_datasets --output_dir=runs/fedemd_fmnist
+  python -m experiments.fedemd ... --config.aggregation_setup=fedsgd  # Table 1's FedSGD half
   # the study before issue 41 (raw counts in D_c, plain mean, per-participation StepLR):
   python -m experiments.fedemd ... --config.fedemd_current=counts \
     --config.base.aggregator_hparams.weighting=uniform \
@@ -11,8 +12,11 @@ r"""FedEMD (Huang et al.): client selection with Mavericks -- R@99 and Maverick 
 50 clients, 5 selected per round (always available), FedAvg, one local epoch. Mavericks
 (clients 0..m-1) own whole classes: with ``k_excl`` each of the k Mavericks owns all the
 examples of its own class; with ``k_shared`` the k Mavericks split one class equally. The
-other clients share the remaining classes i.i.d. in equal parts. Methods: Random (uniform),
-Shapley-value-based selection (SVB) and FedEMD.
+other clients share the remaining classes i.i.d. in equal parts. Methods (Table 1): Random
+(uniform), TiFL, FedFast, FedProx (Random selection, FedProx local update), Shapley-value-based
+selection (SVB) and FedEMD, under one of Table 1's aggregations
+(``--config.aggregation_setup``): FedAvg (default) or FedSGD (one full-batch gradient step
+per selected client, the plain mean; cells ``cells/<scenario>_<method>_fedsgd``).
 
 R@99 (Sec. 5, App. A.5): the first round at which a method's test accuracy reaches 99 % of
 the highest test accuracy reached by Random selection in the same scenario and seed;
@@ -48,8 +52,26 @@ from fedjax_sel.data.loaders import num_local_test
 from fedjax_sel.metrics import results
 from fedjax_sel.selection import fedemd as fedemd_selection
 
-METHODS = {"random": "Random", "shapley": "Shapley (SVB)", "fedemd": "FedEMD"}
-SELECTION = {"random": "uniform", "shapley": "shapley", "fedemd": "fedemd"}
+METHODS = {
+  "random": "Random",
+  "tifl": "TiFL",
+  "fedfast": "FedFast",
+  "fedprox": "FedProx",
+  "shapley": "Shapley (SVB)",
+  "fedemd": "FedEMD",
+}
+SELECTION = {
+  "random": "uniform",
+  "tifl": "tifl",
+  "fedfast": "fedfast",
+  "fedprox": "uniform",
+  "shapley": "shapley",
+  "fedemd": "fedemd",
+}
+# Methods whose cohorts depend on the training (losses, updates, Shapley values): their
+# participation trace re-runs them round by round (``trace_shapley``) instead of a replay.
+TRAINING_DEPENDENT = ("tifl", "fedfast", "shapley")
+AGGREGATION_SETUPS = ("fedavg", "fedsgd")
 TINY_ENV = common.TINY_ENV
 
 
@@ -165,6 +187,10 @@ def prepare_config(
     raise ValueError("methods must include 'random': R@99 is relative to Random selection")
   for s in c.scenarios:
     parse_scenario(s)
+  if c.aggregation_setup not in AGGREGATION_SETUPS:
+    raise ValueError(
+      f"aggregation_setup={c.aggregation_setup!r}; allowed: {', '.join(AGGREGATION_SETUPS)}"
+    )
   if c.fedemd_current not in fedemd_selection.CURRENT_READINGS:
     raise ValueError(
       f"fedemd_current={c.fedemd_current!r}; allowed: {list(fedemd_selection.CURRENT_READINGS)}"
@@ -183,10 +209,13 @@ def prepare_config(
   return c
 
 
-def fedavg_name(base: ml_collections.ConfigDict) -> str:
-  """FedAvg as the plot titles name it: with its weighting and the client lr schedule."""
+def fedavg_name(base: ml_collections.ConfigDict, setup: str = "fedavg") -> str:
+  """The aggregation as the plot titles name it: FedAvg with its weighting, or FedSGD; and
+  the client lr schedule."""
   w = base.aggregator_hparams.get("weighting", "selection")
   agg = "FedAvg (plain mean)" if w == "uniform" else "FedAvg (size-weighted)"
+  if setup == "fedsgd":
+    agg = "FedSGD (one full-batch step, plain mean)"
   if base.lr_schedule != "step":
     return agg
   return f"{agg}, StepLR {base.lr_step_size} per {base.lr_schedule_unit}"
@@ -194,14 +223,52 @@ def fedavg_name(base: ml_collections.ConfigDict) -> str:
 
 def protocol_name(config: ml_collections.ConfigDict) -> str:
   """What every table heading names: FedEMD's D_c reading, FedAvg's weighting, the lr unit."""
-  return f"FedEMD D_c from label {config.fedemd_current}, {fedavg_name(config.base)}"
+  setup = config.get("aggregation_setup", "fedavg")
+  return f"FedEMD D_c from label {config.fedemd_current}, {fedavg_name(config.base, setup)}"
 
 
-def cell_config(config: ml_collections.ConfigDict, method: str) -> ml_collections.ConfigDict:
+def cell_name(config: ml_collections.ConfigDict, scenario: str, method: str) -> str:
+  """A cell's folder under ``cells/``: ``<scenario>_<method>`` (FedAvg, the committed cells'
+  names) or ``<scenario>_<method>_fedsgd``."""
+  suffix = "_fedsgd" if config.get("aggregation_setup", "fedavg") == "fedsgd" else ""
+  return f"{scenario}_{method}{suffix}"
+
+
+def max_client_examples(dataset: FederatedData) -> int:
+  """The largest client's training examples: FedSGD's batch size (one full-batch step)."""
+  return int(np.max(np.asarray(dataset.train.counts)))
+
+
+def cell_config(
+  config: ml_collections.ConfigDict, method: str, max_examples: int = 0
+) -> ml_collections.ConfigDict:
+  """One method's run config. ``max_examples``: the largest client's examples, FedSGD's
+  batch size (0 keeps the base batch, e.g. when only checking the config)."""
   c = ml_collections.ConfigDict(config.base.to_dict())
   c.selection = SELECTION[method]
   hp = {}
-  if method == "fedemd":
+  if method == "tifl":
+    t = config.tifl
+    hp = {
+      "num_tiers": int(t.num_tiers),
+      "credits": int(t.credits) or -(-int(c.rounds) // max(int(t.num_tiers), 1)),
+      "interval": int(t.interval),
+      "tier_by": str(t.tier_by),
+      "accuracy_from": str(t.accuracy_from),
+    }
+  elif method == "fedfast":
+    f = config.fedfast
+    hp = {
+      "num_clusters": int(f.num_clusters) or int(c.clients_per_round),
+      "features": str(f.features),
+      "allocation": str(f.allocation),
+      "kmeans_iters": int(f.kmeans_iters),
+    }
+    c.sketch_dim = int(config.fedfast_sketch_dim)
+  elif method == "fedprox":
+    c.client_update = "fedprox"
+    c.client_update_hparams = ml_collections.ConfigDict({"mu": float(config.fedprox_mu)})
+  elif method == "fedemd":
     hp = {
       "alpha": float(config.fedemd_alpha),
       "beta": float(config.fedemd_beta),
@@ -210,6 +277,16 @@ def cell_config(config: ml_collections.ConfigDict, method: str) -> ml_collection
   elif method == "shapley":
     hp = {"num_permutations": int(config.shapley_permutations)}
   c.selection_hparams = ml_collections.ConfigDict(hp)
+  if config.get("aggregation_setup", "fedavg") == "fedsgd":
+    # FedSGD (McMahan et al.): each selected client computes one gradient on all its data
+    # and the server averages them (the plain mean: FedEMD Sec. 5.4, "simple averaging");
+    # one local step of lr eta from the global model is -eta x that gradient (momentum's
+    # first step is the gradient itself), so the server's step is -eta x the mean gradient.
+    c.local_steps = 0
+    c.local_epochs = 1
+    if max_examples:
+      c.batch_size = int(max_examples)
+    c.aggregator_hparams = ml_collections.ConfigDict({"weighting": "uniform"})
   return c
 
 
@@ -312,9 +389,13 @@ def run_study(
   data = {s: maverick_data(config, s, pool) for s in config.scenarios}
   runs = {}
   for s in config.scenarios:  # one dataset per scenario; its methods' seeds run together
+    biggest = max_client_examples(data[s])
     res = common.run_cells(
       {
-        m: (cell_config(config, m), os.path.join(output_dir, "cells", f"{s}_{m}"))
+        m: (
+          cell_config(config, m, biggest),
+          os.path.join(output_dir, "cells", cell_name(config, s, m)),
+        )
         for m in config.methods
       },
       seeds,
@@ -409,9 +490,9 @@ def run_study(
   traces, mav = {}, data[s].extras["mavericks"]
   seed = seeds[0]
   for m in config.methods:
-    cfg = cell_config(config, m)
+    cfg = cell_config(config, m, max_client_examples(data[s]))
     cfg.seed = seed
-    if m == "shapley":
+    if m in TRAINING_DEPENDENT:
       if not config.trace_shapley:
         continue
       per_round = traced_selection(cfg, data[s], seed)
