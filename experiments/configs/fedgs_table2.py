@@ -134,6 +134,12 @@ def _common(c):
   c.data_seed = 0
   c.eval_every = 5
   c.checkpoint_every = 250
+  # Table 2 reports the optimal global test loss; no table or figure of the study reads the
+  # per-client accuracies of the local test splits, so that pass is skipped (on Fashion-MNIST
+  # 12,000 of the 22,000 images evaluated each round). Power-of-Choice's ranking computes its
+  # own losses (ctx.client_test_losses); --config.datasets.<d>.base.client_accuracy=True
+  # writes the four client_acc_* metrics again.
+  c.client_accuracy = False
   return c
 
 

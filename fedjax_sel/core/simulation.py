@@ -94,6 +94,8 @@ class Simulation:
     check_range("loss_examples", config.loss_examples, 1)
     if not isinstance(config.global_train_loss, (bool, np.bool_)):
       raise ValueError(f"global_train_loss={config.global_train_loss!r}; allowed: True or False")
+    if not isinstance(config.client_accuracy, (bool, np.bool_)):
+      raise ValueError(f"client_accuracy={config.client_accuracy!r}; allowed: True or False")
     num_clients = data.num_clients
     num_selected = int(selection.num_selected)
     if num_selected < 1 or num_selected > num_clients:
@@ -570,14 +572,19 @@ class Simulation:
 
   # ---------------------------------------------------------------- evaluation
   def _evaluate_with(self, data: SimulationData, state: RoundState) -> dict:
+    """What an evaluation writes: the global test set's loss and accuracy, each optional
+    pass only where its config field asks for it (``global_train_loss``: every client's
+    training split; ``client_accuracy``: the clients' local test splits, the per-client
+    accuracy statistics), and the counters of the state (no model call)."""
     test_loss, test_acc = self.global_eval(state.params, data)
-    _, acc_k, has = self.client_eval(state.params, data)
     out = {"test_loss": test_loss, "test_accuracy": test_acc}
     if self.config.global_train_loss:
       out["global_train_loss"], out["global_train_accuracy"] = self.global_eval(
         state.params, data, "train"
       )
-    out.update(evaluation.accuracy_distribution(acc_k, None if self._all_local else has))
+    if self.config.client_accuracy:
+      _, acc_k, has = self.client_eval(state.params, data)
+      out.update(evaluation.accuracy_distribution(acc_k, None if self._all_local else has))
     counts = state.sampling_counts.astype(jnp.float32)
     out["sampling_count_mean"] = jnp.mean(counts)
     out["sampling_count_var"] = jnp.var(counts)

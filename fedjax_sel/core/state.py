@@ -122,3 +122,7 @@ class SimulationConfig(NamedTuple):
   # global_train_loss / global_train_accuracy: example-weighted over the union of the
   # training examples, chunked as the test set; the loss the papers plot)
   global_train_loss: bool = False
+  # evaluate the global model on every client's local test split (``evaluate`` adds
+  # client_acc_mean / _var / _worst10 / _best10); False skips that pass (selection's
+  # ctx.client_test_losses does not depend on it)
+  client_accuracy: bool = True

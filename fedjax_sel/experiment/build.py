@@ -93,6 +93,7 @@ def build(c: ml_collections.ConfigDict, dataset: data.FederatedData | None = Non
     server_lr=c.server_lr,
     sketch_dim=c.sketch_dim,
     global_train_loss=bool(c.get("global_train_loss", False)),
+    client_accuracy=bool(c.get("client_accuracy", True)),
     engine=engine_lib.EngineConfig(
       batch_size=c.batch_size,
       local_epochs=c.local_epochs,

@@ -97,6 +97,9 @@ def default_config() -> ml_collections.ConfigDict:
   # also evaluate the global model on every client's training split (metrics
   # global_train_loss / global_train_accuracy, example-weighted, as the papers plot)
   c.global_train_loss = False
+  # evaluate the global model on every client's local test split (metrics client_acc_mean,
+  # _var, _worst10, _best10); False skips that pass where nothing reads them
+  c.client_accuracy = True
   return c
 
 
@@ -215,6 +218,8 @@ def validate_config(c: ml_collections.ConfigDict) -> None:
     )
   if not isinstance(c.get("global_train_loss", False), bool):
     raise ValueError(f"global_train_loss={c.global_train_loss!r}; allowed: True or False")
+  if not isinstance(c.get("client_accuracy", True), bool):
+    raise ValueError(f"client_accuracy={c.client_accuracy!r}; allowed: True or False")
   if not isinstance(c.get("tensorboard", False), bool):
     raise ValueError(f"tensorboard={c.tensorboard!r}; allowed: True or False")
   if c.get("tensorboard", False):
@@ -239,6 +244,7 @@ RESUMABLE_CHANGES = (
   "resume",
   "tensorboard",
   "global_train_loss",  # adds two metrics to each evaluation; the rounds are the same
+  "client_accuracy",  # adds four metrics to each evaluation; the rounds are the same
 )
 
 

@@ -177,7 +177,17 @@ def test_tfds_column_runs_on_mock_data(tmp_path):
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ABLATION_CELLS = os.path.join(REPO, "results", "fedgs_fmnist", "cells")
 # fields a cell's config.json holds that depend on the seed, the machine or the staging
-PER_RUN = {"seed", "availability_seed", "output_dir", "data_dir", "rounds", "checkpoint_every"}
+# fields that differ between runs of the same cell (client_accuracy: what an evaluation
+# writes besides the global test set; the rounds are the same, tests/core/test_client_accuracy)
+PER_RUN = {
+  "seed",
+  "availability_seed",
+  "output_dir",
+  "data_dir",
+  "rounds",
+  "checkpoint_every",
+  "client_accuracy",
+}
 
 
 def test_fashion_mnist_column_defaults_to_the_released_protocol():
@@ -200,6 +210,7 @@ def test_fashion_mnist_column_defaults_to_the_released_protocol():
   )
   assert base.eval_every == 1
   assert base.param_init == "torch"  # PyTorch's Conv2d / Linear defaults, as the authors' code
+  assert base.client_accuracy is False  # Table 2 reads the global test set only
   assert dict(cfg.modes.yc.availability_hparams) == {"beta": 0.9, "schedule": "reference_code"}
   assert fedgs_table2.apply_fmnist_protocol(cfg) is cfg
   with pytest.raises(ValueError, match="fmnist_protocol='paper'; allowed: reference_code, ours"):
