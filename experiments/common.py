@@ -188,11 +188,15 @@ def user_errors(*extra: type[BaseException]) -> Iterator[None]:
   """Around a study's run: the user errors found only once it runs (``experiment.ConfigError``:
   a folder holding another config's checkpoint, an unreadable file ...; a missing dataset,
   ``data.DatasetNotFoundError``; and ``extra``) end in one ``error:`` line, exit code 2.
-  Any other exception is a bug and keeps its traceback."""
+  A file that could not be written (``results.WriteError``: a full disk) ends in one
+  ``error:`` line naming it, exit code 1. Any other exception is a bug and keeps its
+  traceback."""
   try:
     yield
   except (experiment.ConfigError, data.DatasetNotFoundError, *extra) as e:
     fail(e, 2)
+  except results.WriteError as e:
+    fail(e, 1)
 
 
 TINY_ENV = "FEDJAX_SEL_TINY"  # tests: every study binary at its smallest (--quick and less)

@@ -97,6 +97,9 @@ HELP = {
   "global_train_loss": "also evaluate the global model on every client's training split at "
   "each evaluation: global_train_loss / global_train_accuracy in metrics.jsonl (over all "
   "training examples, each counted once; the training loss the papers plot)",
+  "client_accuracy": "evaluate the global model on every client's local test split at each "
+  "evaluation: client_acc_mean / _var / _worst10 / _best10 in metrics.jsonl (--noclient_accuracy "
+  "skips that pass)",
 }
 
 _DEFAULTS = experiment.default_config()
@@ -287,6 +290,8 @@ def main(argv):
     )
     sys.exit(128 + e.signum)
   except experiment.NonFiniteModelError as e:
+    distributed.fail(str(e), 1)
+  except results.WriteError as e:  # a full disk: the file, what it is, what is kept
     distributed.fail(str(e), 1)
   except KeyboardInterrupt:
     kept = f"the newest checkpoint in {config.output_dir} is kept (--resume)"

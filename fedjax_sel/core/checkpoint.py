@@ -37,7 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-from fedjax_sel.metrics.results import atomic_write_bytes
+from fedjax_sel.metrics.results import WriteError, atomic_write_bytes
 
 _NAME = re.compile(r"^ckpt_(\d+)\.npz$")
 _TMP_PREFIX = ".tmp-"
@@ -204,11 +204,20 @@ def save(
     keep: how many of the newest checkpoints to keep (>= 1).
     fmt: "npz", "orbax" (``checkpoints/orbax/<round>/``), or None: orbax when several
       processes run (then every process must call ``save``), npz otherwise.
+
+  Raises:
+    WriteError: the file could not be written (a full disk, ...), even after the older
+      checkpoints but the newest were removed to make room; nothing of it is left.
   """
   if use_orbax(fmt):
     return _orbax_save(output_dir, state, round_index, extra, keep)
   folder = checkpoint_dir(output_dir)
-  os.makedirs(folder, exist_ok=True)
+  path = _path(output_dir, round_index)
+  what = f"checkpoint of round {round_index}"
+  try:
+    os.makedirs(folder, exist_ok=True)
+  except OSError as e:
+    raise WriteError(folder, what, e) from e
   for name in os.listdir(folder):  # temp files left by a killed writer
     if name.startswith(_TMP_PREFIX):
       try:
@@ -220,15 +229,49 @@ def save(
   arrays = {f"leaf_{i}": leaf for i, leaf in enumerate(leaves)}
   arrays["__extra__"] = np.frombuffer(json.dumps(extra or {}).encode(), np.uint8)
   np.savez(buf, **arrays)
-  path = _path(output_dir, round_index)
-  atomic_write_bytes(path, buf.getvalue())
+  try:
+    atomic_write_bytes(path, buf.getvalue(), what)
+  except WriteError:
+    # room for the new one: the older checkpoints but the newest go first, then one retry
+    older = [r for r in all_rounds(output_dir)[:-1] if r != round_index]
+    if not older:
+      raise
+    for r in older:
+      _remove(output_dir, r)
+    atomic_write_bytes(path, buf.getvalue(), what)
   _fsync_dir(folder)
   for r in all_rounds(output_dir)[: -max(keep, 1)]:
-    try:
-      os.remove(_path(output_dir, r))
-    except FileNotFoundError:
-      pass
+    _remove(output_dir, r)
   return path
+
+
+def _remove(output_dir: str, round_index: int) -> None:
+  try:
+    os.remove(_path(output_dir, round_index))
+  except FileNotFoundError:
+    pass
+
+
+def save_kept(
+  output_dir: str,
+  state: Any,
+  round_index: int,
+  extra: dict | None = None,
+  keep: int = 2,
+  fmt: str | None = None,
+) -> str | None:
+  """``save``, for a run that can go on without this checkpoint: when it cannot be written
+  but an older one is kept, a warning says so and None is returned (the run goes on;
+  ``--resume`` would continue from the older one). Without any checkpoint kept the run
+  must stop: ``WriteError``, noting it."""
+  try:
+    return save(output_dir, state, round_index, extra, keep, fmt)
+  except WriteError as e:
+    kept = latest_round(output_dir)
+    if kept is None:
+      raise e.with_note(f"no checkpoint of this run is kept in {output_dir}") from e
+    logging.warning("%s; the run goes on, and --resume would continue from round %d", e, kept)
+    return None
 
 
 def _npz_rounds(output_dir: str) -> list[int]:

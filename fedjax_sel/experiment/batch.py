@@ -276,7 +276,7 @@ class _BatchRun:
 
   def _save(self, k, state_k, t, seconds):
     extra = {"seconds": seconds, "num_records": len(self.history[k]), "config": self.fps[k]}
-    self._io(checkpoint.save, self.dirs[k], state_k, t, extra)
+    self._io(checkpoint.save_kept, self.dirs[k], state_k, t, extra)
     self.last_ckpt[k] = t
 
   def _save_batch(self, host, rounds, seconds, failed):
@@ -289,7 +289,7 @@ class _BatchRun:
       "failed": {str(k): int(t) for k, t in failed.items()},
     }
     live = [r for k, r in enumerate(rounds) if k not in failed] or rounds
-    self._io(checkpoint.save, self.batch_dir, host, max(live), extra)
+    self._io(checkpoint.save_kept, self.batch_dir, host, max(live), extra)
     self.last_ckpt = list(rounds)
 
   def _restore_batch(self, states, before):

@@ -134,7 +134,7 @@ def _setup(c, output_dir, resume, dataset, simulation) -> _Setup:
         logging.warning("starting afresh in %s: removing its old checkpoints", output_dir)
         checkpoint.clear(output_dir)
   except (ValueError, TypeError, OSError) as e:
-    if isinstance(e, ConfigError) or peer_failure.is_peer_failure(e):
+    if isinstance(e, (ConfigError, results.WriteError)) or peer_failure.is_peer_failure(e):
       raise
     raise ConfigError(one_line(e)) from e
   return _Setup(sim, dataset, state, history, seconds_before)
@@ -174,17 +174,36 @@ def run(
     ConfigError: a user error (bad config, unreadable file, mismatching checkpoint).
     Interrupted: after SIGINT/SIGTERM (checkpoint and results written).
     NonFiniteModelError: the global model became non-finite (results written).
+    results.WriteError: a results file could not be written (a full disk): its message
+      names the file, what it is, the reason and the checkpoint ``--resume`` continues
+      from. A checkpoint that cannot be written while an older one is kept is a warning
+      and the run goes on (``checkpoint.save_kept``).
   """
   output_dir = output_dir or c.output_dir
   resume = c.resume if resume is None else resume
   try:
     return _run(c, output_dir, resume, progress, dataset, write_plots, simulation)
+  except results.WriteError as e:
+    if distributed.multiprocess():
+      peer_failure.report(e)
+    raise e.with_note(resume_note(output_dir)) from e
   except (ConfigError, Interrupted, NonFiniteModelError, KeyboardInterrupt):
     raise
   except Exception as e:  # several processes: a lost peer, or this process's own failure
     if distributed.multiprocess():
       peer_failure.report(e)  # one error: line in every process, exit code 2
     raise
+
+
+def resume_note(output_dir: str) -> str:
+  """What a run stopped by a write error leaves to continue from (its error line's end)."""
+  try:
+    kept = checkpoint.latest_round(output_dir)
+  except OSError:
+    kept = None
+  if kept is None:
+    return f"no checkpoint in {output_dir}: free space and run again"
+  return f"checkpoint of round {kept} kept: free space, then add --resume"
 
 
 def _run(c, output_dir, resume, progress, dataset, write_plots, simulation) -> dict:
@@ -204,8 +223,8 @@ def _run(c, output_dir, resume, progress, dataset, write_plots, simulation) -> d
     start = time.time()
     last_ckpt = int(state.round)
 
-    def save(t, seconds):
-      checkpoint.save(
+    def save(t, seconds):  # a failed write with an older checkpoint kept: a warning
+      checkpoint.save_kept(
         output_dir,
         state,
         t,

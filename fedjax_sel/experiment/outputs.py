@@ -92,13 +92,9 @@ def plot_run(history: list[dict], path: str, title: str) -> None:
 
 
 def _append_lines(path: str, records: list[dict]) -> None:
-  """Appends complete lines with one fsync (``results.append_jsonl`` for many records)."""
-  if not records:
-    return
-  with open(path, "a") as f:
-    f.write("".join(results.dumps_line(r) + "\n" for r in records))
-    f.flush()
-    os.fsync(f.fileno())
+  """Appends complete lines with one fsync (``results.append_lines``: a failed write leaves
+  the file as it was and raises ``results.WriteError``)."""
+  results.append_lines(path, records)
 
 
 def _read_summary(folder: str) -> dict | None:

@@ -40,41 +40,91 @@ def writes_here() -> bool:
   return not jax.distributed.is_initialized() or jax.process_index() == 0
 
 
-def atomic_write_text(path: str, text: str) -> None:
-  """Writes ``text`` to ``path`` via a temp file + fsync + rename (process 0 only)."""
-  if not writes_here():
-    return
-  folder = os.path.dirname(os.path.abspath(path))
-  os.makedirs(folder, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
-  try:
-    with os.fdopen(fd, "w") as f:
-      f.write(text)
-      f.flush()
-      os.fsync(f.fileno())
-    os.replace(tmp, path)
-  except BaseException:
-    if os.path.exists(tmp):
-      os.remove(tmp)
-    raise
+class WriteError(OSError):
+  """A results file, figure or checkpoint could not be written (a full disk, a read-only
+  folder, a quota): one line naming the path, what it is and the system's reason. The
+  writers below raise it after removing what they had written of the file, so no
+  half-written file is left under a results name.
+
+  Attributes:
+    path: the file that could not be written.
+    what: what it is ("run summary", "figure", "checkpoint of round 25", ...).
+    errno: the system's error number (``errno.ENOSPC`` for a full disk).
+  """
+
+  def __init__(self, path: str, what: str, cause: BaseException | str, note: str = ""):
+    if isinstance(cause, WriteError):
+      reason = cause.reason
+    else:
+      reason = getattr(cause, "strerror", None) or str(cause)
+    text = f"could not write {path} ({what}): {reason}"
+    super().__init__(f"{text}; {note}" if note else text)
+    self.path, self.what, self.note = path, what, note
+    self.errno = getattr(cause, "errno", None)
+    self.reason = reason
+
+  def with_note(self, note: str) -> WriteError:
+    """The same error with ``note`` (what it means for the run) after its message."""
+    return WriteError(self.path, self.what, self, note)
 
 
-def atomic_write_bytes(path: str, data: bytes) -> None:
+_WHAT = {
+  "summary.json": "run summary",
+  "config.json": "run config",
+  "metrics.jsonl": "metrics",
+  ".npz": "checkpoint",
+  ".png": "figure",
+  ".csv": "table",
+  ".md": "table",
+  ".jsonl": "records",
+  ".json": "JSON file",
+}
+
+
+def describe(path: str) -> str:
+  """What a results file is, from its name (``WriteError``'s ``what``)."""
+  name = os.path.basename(path)
+  for end, what in _WHAT.items():
+    if name == end or (end.startswith(".") and name.endswith(end)):
+      return what
+  return "results file"
+
+
+def _atomic_write(path: str, data: bytes, what: str | None) -> None:
   if not writes_here():
     return
+  what = what or describe(path)
   folder = os.path.dirname(os.path.abspath(path))
-  os.makedirs(folder, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
+  tmp = None
   try:
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
     with os.fdopen(fd, "wb") as f:
       f.write(data)
       f.flush()
       os.fsync(f.fileno())
     os.replace(tmp, path)
-  except BaseException:
-    if os.path.exists(tmp):
+  except BaseException as e:
+    if tmp is not None and os.path.exists(tmp):
       os.remove(tmp)
+    if isinstance(e, OSError) and not isinstance(e, WriteError):
+      raise WriteError(path, what, e) from e
     raise
+
+
+def atomic_write_text(path: str, text: str, what: str | None = None) -> None:
+  """Writes ``text`` to ``path`` via a temp file + fsync + rename (process 0 only).
+
+  Raises:
+    WriteError: the file could not be written (``what``: what it is; default from its
+      name); the temp file is removed and an older ``path`` is left as it was.
+  """
+  _atomic_write(path, text.encode(), what)
+
+
+def atomic_write_bytes(path: str, data: bytes, what: str | None = None) -> None:
+  """``atomic_write_text`` for bytes."""
+  _atomic_write(path, data, what)
 
 
 def write_json(path: str, obj: Any) -> None:
@@ -90,15 +140,37 @@ def write_jsonl(path: str, records: Iterable[dict]) -> None:
   atomic_write_text(path, "".join(dumps_line(r) + "\n" for r in records))
 
 
-def append_jsonl(path: str, record: dict) -> None:
-  """Appends one complete line. A crash mid-append can only leave a torn last line,
-  which ``read_jsonl`` drops; ``write_jsonl`` rewrites the file clean on resume."""
-  if not writes_here():
+def append_lines(path: str, records: Sequence[dict]) -> None:
+  """Appends one complete line per record with one fsync (process 0 only). A crash
+  mid-append can only leave a torn last line, which ``read_jsonl`` drops; a failed write
+  (a full disk) cuts the file back to its length before and raises ``WriteError``."""
+  if not writes_here() or not records:
     return
-  with open(path, "a") as f:
-    f.write(dumps_line(record) + "\n")
-    f.flush()
-    os.fsync(f.fileno())
+  data = "".join(dumps_line(r) + "\n" for r in records).encode()
+  try:
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+  except OSError as e:
+    raise WriteError(path, describe(path), e) from e
+  start = os.fstat(fd).st_size
+  try:
+    view = memoryview(data)
+    while view:
+      view = view[os.write(fd, view) :]
+    os.fsync(fd)
+  except OSError as e:
+    try:
+      os.ftruncate(fd, start)
+    except OSError:  # pragma: no cover (the torn line is dropped by read_jsonl)
+      pass
+    raise WriteError(path, describe(path), e) from e
+  finally:
+    os.close(fd)
+
+
+def append_jsonl(path: str, record: dict) -> None:
+  """Appends one complete line (``append_lines``); ``write_jsonl`` rewrites the file clean
+  on resume."""
+  append_lines(path, [record])
 
 
 def read_jsonl(path: str) -> list[dict]:
@@ -152,7 +224,7 @@ def save_figure(fig, path: str) -> None:
 
   buf = io.BytesIO()
   fig.savefig(buf, format="png", dpi=120, bbox_inches="tight")
-  atomic_write_bytes(path, buf.getvalue())
+  atomic_write_bytes(path, buf.getvalue(), "figure")
 
 
 def plot_curves(
