@@ -2,7 +2,7 @@
 
 README.md, docs/**/*.md and results/README.md point at committed results (`results/<folder>/
 <file>`, Markdown links `../../results/...`, brace and glob patterns such as
-`results/fedemd_fmnist_text{,_round_lr}/cells/1_excl_{random,fedemd}/seed*/`); a renamed or
+`results/fedar_fmnist{,_x}/accuracy.md`); a renamed or
 moved folder must take its references with it. The study binaries' own output folders
 under `runs/` are not checked (they exist only after a run).
 """
@@ -64,10 +64,14 @@ def test_results_paths_named_in_the_documents_exist():
     ("see `results/fedar_fmnist/accuracy.md`", []),
     ("see `results/fedar_fmnist/accuracy.mdx`", ["x: results/fedar_fmnist/accuracy.mdx"]),
     ("[fig](../../results/fedar_fmnist/fig2_pmin0.1.png).", []),
-    ("`results/fedemd_fmnist_text{,_round_lr}/cells/1_excl_{random,fedemd}/seed*/`", []),
     (
-      "`results/fedemd_fmnist_text{,_nope}/r99.md`",
-      ["x: results/fedemd_fmnist_text{,_nope}/r99.md"],
+      "`results/fedemd_fmnist/text_reading_lr_per_{participation,round_default}/table1/"
+      "cells/1_excl_{random,fedemd}/seed*/`",
+      [],
+    ),
+    (
+      "`results/fedar_fmnist{,_nope}/accuracy.md`",
+      ["x: results/fedar_fmnist{,_nope}/accuracy.md"],
     ),
     ("written to runs/fedar_fmnist and copied to results/", []),
     ("mkdir -p results/fedgs_fmnist/new_protocol && cp ...", []),

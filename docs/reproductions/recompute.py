@@ -18,6 +18,11 @@ import sys
 import numpy as np
 
 RESULTS = "results"
+# FedEMD: the text's reading with the default lr unit (per round), the text's reading per
+# participation, and the first reading (an ablation)
+DEFAULT = "fedemd_fmnist/text_reading_lr_per_round_default"
+TEXT_PP = "fedemd_fmnist/text_reading_lr_per_participation"
+FIRST = "fedemd_fmnist/first_reading_lr_per_participation"
 
 
 def table(path: str) -> list[dict]:
@@ -183,15 +188,15 @@ def fl_fdms_more() -> None:
 def fedemd_first_reading() -> None:
   # Seed 0 of Table 1's cells is not committed: its values come from the seed-0 tables.
   seed0 = {
-    "R@99": {r["method"]: first(r["1 excl"]) for r in table("fedemd_fmnist/r99.csv")},
-    "final": {r["method"]: first(r["1 excl"]) for r in table("fedemd_fmnist/final_accuracy.csv")},
-    "share": {r["method"]: first(r["1 excl"]) for r in table("fedemd_fmnist/maverick_share.csv")},
+    "R@99": {r["method"]: first(r["1 excl"]) for r in table(f"{FIRST}/table1/r99.csv")},
+    "final": {r["method"]: first(r["1 excl"]) for r in table(f"{FIRST}/table1/final_accuracy.csv")},
+    "share": {r["method"]: first(r["1 excl"]) for r in table(f"{FIRST}/table1/maverick_share.csv")},
   }
   per_seed = {(m, k): [seed0[k][m]] for m in ("Random", "FedEMD") for k in seed0}
   for seed in (1, 2):
-    _, ref = cell(f"fedemd_fmnist/cells/1_excl_random/seed{seed}")
+    _, ref = cell(f"{FIRST}/table1/cells/1_excl_random/seed{seed}")
     for name, key in (("Random", "random"), ("FedEMD", "fedemd")):
-      s, h = cell(f"fedemd_fmnist/cells/1_excl_{key}/seed{seed}")
+      s, h = cell(f"{FIRST}/table1/cells/1_excl_{key}/seed{seed}")
       reached = r99(h, ref)
       counts = s["sampling_counts"]
       per_seed[name, "R@99"].append(float("nan") if reached is None else reached)
@@ -214,7 +219,7 @@ def fedemd_first_reading() -> None:
       f"final {mean_std(per_seed[name, 'final'])} %, "
       f"Maverick share {mean_std(per_seed[name, 'share'])} %"
     )
-  for folder, scenario in (("fedemd_fmnist", "1_excl"), ("fedemd_fmnist_fig4", "2_excl")):
+  for folder, scenario in ((f"{FIRST}/table1", "1_excl"), (f"{FIRST}/fig4", "2_excl")):
     rows = table(f"{folder}/participation.csv")
     cum = {k: [int(r[k]) for r in rows] for k in ("Random", "FedEMD")}
     for k, c in cum.items():
@@ -229,9 +234,9 @@ def fedemd_first_reading() -> None:
     ("2_shared", 0),
     ("3_shared", 0),
   ):
-    _, ref = cell(f"fedemd_fmnist_fig4/cells/{scenario}_random/seed{seed}")
+    _, ref = cell(f"{FIRST}/fig4/cells/{scenario}_random/seed{seed}")
     for key in ("random", "fedemd"):
-      s, h = cell(f"fedemd_fmnist_fig4/cells/{scenario}_{key}/seed{seed}")
+      s, h = cell(f"{FIRST}/fig4/cells/{scenario}_{key}/seed{seed}")
       accs = np.asarray([r["test_accuracy"] for r in h])
       k = int(scenario[0])
       counts = np.asarray(s["sampling_counts"])
@@ -314,7 +319,7 @@ def fedemd_text_table1(folder: str, unit: str) -> None:
 
 
 def fedemd_text_fig4() -> None:
-  folder = "fedemd_fmnist_text_fig4"
+  folder = f"{DEFAULT}/fig4"
   summaries = []
   for scenario in ("2_excl", "3_excl", "2_shared", "3_shared"):
     k = int(scenario[0])
@@ -339,16 +344,15 @@ def fedemd_text_fig4() -> None:
   first = []
   for scenario in ("2_excl", "3_excl", "2_shared", "3_shared"):
     for m in ("random", "fedemd"):
-      first.append(cell(f"fedemd_fmnist_fig4/cells/{scenario}_{m}/seed0")[0])
+      first.append(cell(f"{FIRST}/fig4/cells/{scenario}_{m}/seed0")[0])
   print(f"Fig. 4, first reading, seed 0: the eight cells took {seconds_of(first) / 3600:.1f} h")
 
 
 def fedemd_text_diagnoses() -> None:
-  _, stepped = cell("fedemd_fmnist_text_round_lr/cells/1_excl_random/seed0")
+  _, stepped = cell(f"{DEFAULT}/table1/cells/1_excl_random/seed0")
   stepped_target = 0.99 * accuracies(stepped).max()
   cells = {
-    m: cell(f"fedemd_fmnist_text_round_lr_nostep/cells/1_excl_{m}/seed0")
-    for m in ("random", "fedemd")
+    m: cell(f"{DEFAULT}/diagnosis_no_lr_step/cells/1_excl_{m}/seed0") for m in ("random", "fedemd")
   }
   acc = {m: accuracies(h) for m, (_, h) in cells.items()}
   own = 0.99 * acc["random"].max()
@@ -363,7 +367,7 @@ def fedemd_text_diagnoses() -> None:
       f"Maverick picks {counts_of(summary)[0]}; mean per 20 rounds, 101-200: "
       + blocks(a, [(x, x + 19) for x in range(101, 200, 20)])
     )
-  _, h = cell("fedemd_fmnist_text_round_lr_mean/cells/1_excl_fedemd/seed0")
+  _, h = cell(f"{DEFAULT}/diagnosis_plain_mean/cells/1_excl_fedemd/seed0")
   a = accuracies(h)
   print(
     f"plain mean, seed 0, fedemd: rounds 1-10 {a[:10].mean():.1f}, 11-20 {a[10:20].mean():.1f}, "
@@ -374,8 +378,8 @@ def fedemd_text_diagnoses() -> None:
 
 def fedemd() -> None:
   print("# the text's reading: D_c from label distributions, size-weighted FedAvg")
-  fedemd_text_table1("fedemd_fmnist_text_round_lr", "StepLR per round")
-  fedemd_text_table1("fedemd_fmnist_text", "StepLR per participation")
+  fedemd_text_table1(f"{DEFAULT}/table1", "StepLR per round")
+  fedemd_text_table1(f"{TEXT_PP}/table1", "StepLR per participation")
   fedemd_text_fig4()
   fedemd_text_diagnoses()
   print("# the first reading (ablation): D_c from raw counts, plain mean, StepLR per participation")

@@ -180,12 +180,15 @@ def test_defaults_are_the_texts_reading_and_size_weighted_fedavg():
 @pytest.mark.skipif(not os.path.isdir(FMNIST_DIR), reason="dataset-fashion-mnist not installed")
 def test_old_settings_give_the_committed_cells_config_and_cohorts():
   """``fedemd_current=counts``, ``weighting=uniform``, per-participation StepLR is the config
-  of the committed ``results/fedemd_fmnist/`` cells field for field, and its replayed
+  of the committed ``results/fedemd_fmnist/first_reading_lr_per_participation/table1/`` cells
+  field for field, and its replayed
   cohorts (selection only) are theirs: the sampling counts of seeds 1-2 and seed 0's
   cumulative Maverick picks over 200 rounds."""
   config = old_study_config()
   data = fedemd.maverick_data(config, "1_excl")
-  folder = os.path.join(ROOT, "results", "fedemd_fmnist")
+  folder = os.path.join(
+    ROOT, "results", "fedemd_fmnist", "first_reading_lr_per_participation", "table1"
+  )
   for method in ("random", "fedemd"):
     cfg = fedemd.cell_config(config, method)
     for seed in (1, 2):

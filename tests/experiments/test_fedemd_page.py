@@ -1,6 +1,6 @@
 """The FedEMD page's Fig. 4 table is what the committed cells say (issue 41).
 
-``results/fedemd_fmnist_text/fig4_table.py`` recomputes every number of the table
+``results/fedemd_fmnist/scripts/fig4_table.py`` recomputes every number of the table
 (R@99 against 0.99 x Random's best, best / final accuracy, Maverick picks) from the
 committed ``metrics.jsonl`` and ``summary.json``; the page must show those numbers, and say
 "running" exactly where a cell is not committed yet.
@@ -11,10 +11,12 @@ import pathlib
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "reproductions" / "fedemd.md"
+# the text's reading with the default lr unit (one StepLR per round)
+DEFAULT = ROOT / "results" / "fedemd_fmnist" / "text_reading_lr_per_round_default"
 
 
 def load_script():
-  path = ROOT / "results" / "fedemd_fmnist_text" / "fig4_table.py"
+  path = ROOT / "results" / "fedemd_fmnist" / "scripts" / "fig4_table.py"
   spec = importlib.util.spec_from_file_location("fig4_table", path)
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
@@ -39,14 +41,8 @@ def page_fig4_table() -> list[str]:
 def test_page_fig4_table_matches_committed_cells():
   script = load_script()
   page = parse_table(page_fig4_table())
-  fig4 = parse_table(
-    script.rows(
-      str(ROOT / "results/fedemd_fmnist_text_fig4/cells"), script.DEFAULT_SCENARIOS, seed=0
-    )
-  )
-  table1 = parse_table(
-    script.rows(str(ROOT / "results/fedemd_fmnist_text_round_lr/cells"), ("1_excl",), seed=0)
-  )
+  fig4 = parse_table(script.rows(str(DEFAULT / "fig4" / "cells"), script.DEFAULT_SCENARIOS, seed=0))
+  table1 = parse_table(script.rows(str(DEFAULT / "table1" / "cells"), ("1_excl",), seed=0))
   table1 = {(label, "1 excl (Table 1)"): v for (label, _), v in table1.items()}
   expected = {**fig4, **table1}
   labels = {label for label, _ in expected}

@@ -1,6 +1,6 @@
 """Mean test accuracy (%) per block of rounds, one markdown row a cell (the FedEMD page).
 
-  python results/fedemd_fmnist_text/accuracy_blocks.py [--blocks=10,10,...] CELL_DIR...
+  python results/fedemd_fmnist/scripts/accuracy_blocks.py [--blocks=10,10,...] CELL_DIR...
 
 CELL_DIR is a cell's seed folder (``.../cells/<scenario>_<method>/seed<k>``) holding the
 ``metrics.jsonl`` the study writes (one line per round, ``test_accuracy`` every round).

@@ -1,12 +1,14 @@
 #!/bin/bash
 # Copy the finished tables and per-round files of run_chain.sh's runs from runs/ to results/
-# (never checkpoints). Usage, from anywhere: results/fedemd_fmnist_text/collect.sh
+# (runs/<name>/ goes to results/ as folders.sh says)
+# (never checkpoints). Usage, from anywhere: results/fedemd_fmnist/scripts/collect.sh
 # A cell is copied only when its run finished (summary.json says "complete": true); the tables (*.md, *.csv,
 # *.png written by experiments.fedemd) are copied whole: they cover the cells that finished.
 set -euo pipefail
-cd "$(dirname "$0")/../.."  # the repository root
-for name in fedemd_fmnist_text{,_round_lr,_round_lr_nostep,_round_lr_mean,_round_lr_svb,_fig4,_fig4_pp}; do
-  src=runs/$name dst=results/$name
+cd "$(dirname "$0")/../../.."  # the repository root
+source results/fedemd_fmnist/scripts/folders.sh
+for name in "${!RESULT_OF[@]}"; do
+  src=runs/$name dst=results/${RESULT_OF[$name]}
   [ -d "$src" ] || continue
   mkdir -p "$dst"
   for f in "$src"/*.md "$src"/*.csv "$src"/*.png; do

@@ -1,6 +1,6 @@
 """The FedEMD page's Fig. 4 table rows from a study's cells; prints markdown.
 
-  python results/fedemd_fmnist_text/fig4_table.py CELLS_DIR [--seed=0] [SCENARIO...]
+  python results/fedemd_fmnist/scripts/fig4_table.py CELLS_DIR [--seed=0] [SCENARIO...]
 
 CELLS_DIR holds ``<scenario>_<method>/seed<k>/`` folders as ``experiments.fedemd`` writes
 them (``metrics.jsonl`` with ``test_accuracy`` every round, ``summary.json`` with

@@ -1,6 +1,6 @@
 """Maverick selections per 50-round block, selection only; prints one line a cell.
 
-  PYTHONPATH=. python results/fedemd_fmnist_text/maverick_blocks.py [<Fashion-MNIST folder>]
+  PYTHONPATH=. python results/fedemd_fmnist/scripts/maverick_blocks.py [<Fashion-MNIST folder>]
 
 The folder holds the four IDX files; by default where Debian's dataset-fashion-mnist
 installs them (/usr/share/datasets/fashion-mnist).

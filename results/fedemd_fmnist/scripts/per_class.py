@@ -1,6 +1,6 @@
 """Per-class test accuracy of a FedEMD study cell's checkpoints (a diagnosis).
 
-PYTHONPATH=. python results/fedemd_fmnist_text/per_class.py <cell folder> [<cell folder> ...]
+PYTHONPATH=. python results/fedemd_fmnist/scripts/per_class.py <cell folder> [<cell folder> ...]
 
 A cell folder is a run's `runs/<study>/cells/<cell>/seed<k>`: it needs the run's checkpoints,
 which are never committed, so the cells under results/ cannot be read; rerun the study

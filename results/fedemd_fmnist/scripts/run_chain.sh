@@ -1,10 +1,11 @@
 #!/bin/bash
 # FedEMD as its text describes: D_c from label distributions, size-weighted FedAvg.
-# Resumable: rerun this script: nohup results/fedemd_fmnist_text/run_chain.sh > runs/fedemd_text_chain.log 2>&1 &
+# Resumable: rerun this script: nohup results/fedemd_fmnist/scripts/run_chain.sh > runs/fedemd_text_chain.log 2>&1 &
 # (every command has --resume; finished cells are skipped). Each command names its lr unit:
 # the study's default is ROUND below; PP is the authors' per-participation StepLR.
 set -x
-cd "$(dirname "$0")/../.."  # the repository root
+cd "$(dirname "$0")/../../.."  # the repository root
+source results/fedemd_fmnist/scripts/folders.sh
 # the Python with fedjax_sel installed (PYTHON=.venv/bin/python ...), and the folder of the four
 # Fashion-MNIST IDX files (default: where Debian's dataset-fashion-mnist installs them)
 PY=${PYTHON:-python}
@@ -13,8 +14,9 @@ FMNIST=${FMNIST:-/usr/share/datasets/fashion-mnist}
 # metrics.jsonl, summary.json with "complete"), which the binary reads back instead of
 # training again (experiments.common.run_cells), so the chain goes on at the first cell that
 # is not in results/. -n never overwrites a cell that runs/ already holds.
-for cells in results/fedemd_fmnist_text*/cells; do
-  name=${cells#results/}; name=${name%/cells}
+for name in "${!RESULT_OF[@]}"; do
+  cells=results/${RESULT_OF[$name]}/cells
+  [ -d "$cells" ] || continue
   mkdir -p "runs/$name" && cp -rn "$cells" "runs/$name/"
 done
 # (the scenarios are not in COMMON: a tuple flag given twice is joined, not replaced)
