@@ -135,6 +135,16 @@ def test_claims_table_holds_every_page_verdict_in_the_same_words():
   assert not errors, "\n".join(errors)
 
 
+MAX_CELL = 500  # characters: a verdict table is read row by row; longer evidence goes in the text
+
+
+def test_verdict_table_cells_are_short():
+  for paper, text in read_pages().items():
+    rows = table_after(text, "## Verdict per claim")
+    long = [(row[0][:50], len(cell)) for row in rows for cell in row if len(cell) > MAX_CELL]
+    assert not long, f"{paper}: cells over {MAX_CELL} characters: {long}"
+
+
 def test_every_claim_row_links_to_its_page_verdicts():
   claims = claims_verdicts((DOCS / "README.md").read_text())
   rows = table_after((DOCS / "README.md").read_text(), "## Claims")
