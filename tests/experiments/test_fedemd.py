@@ -93,26 +93,75 @@ def test_quick_binary_writes_tables_and_replays_selection(tmp_path):
   assert p.returncode == 0, p.stderr[-3000:]
   r99 = read_csv(out / "r99.csv")
   assert r99[0] == ["method", "1 excl"]
-  assert [r[0] for r in r99[1:]] == ["Random", "Shapley (SVB)", "FedEMD"]
+  assert [r[0] for r in r99[1:]] == [
+    "Random",
+    "TiFL",
+    "FedFast",
+    "FedProx",
+    "Shapley (SVB)",
+    "FedEMD",
+  ]
   for row in r99[1:]:
     assert ROUNDS.match(row[1]), row
   # Random reaches 99 % of its own best accuracy within the run, by definition.
   assert float(r99[1][1].split(" ")[0]) <= 4
   for name in ("final_accuracy", "maverick_share"):
     table = read_csv(out / f"{name}.csv")
-    assert table[0] == ["method", "1 excl"] and len(table) == 4
+    assert table[0] == ["method", "1 excl"] and len(table) == 7
     assert all(0.0 <= float(r[1].split(" ± ")[0]) <= 100.0 for r in table[1:])
-  # The replayed selections (no training) match the runs' sampling counts exactly.
+  # The replayed selections (no training) match the runs' sampling counts exactly; --quick
+  # leaves out the methods whose cohorts depend on training (TiFL, FedFast, SVB).
   part = read_csv(out / "participation.csv")
-  assert part[0] == ["round", "Random", "FedEMD"] and len(part) == 5
-  for method, column in (("random", 1), ("fedemd", 2)):
+  assert part[0] == ["round", "Random", "FedProx", "FedEMD"] and len(part) == 5
+  for method, column in (("random", 1), ("fedprox", 2), ("fedemd", 3)):
     summary = json.loads(
       (out / "cells" / f"1_excl_{method}" / "seed0" / "summary.json").read_text()
     )
     assert int(part[-1][column]) == summary["sampling_counts"][0]  # client 0 = the Maverick
   assert "participation trace" not in p.stderr  # no mismatch warning
+  counts = {
+    m: json.loads((out / "cells" / f"1_excl_{m}" / "seed0" / "summary.json").read_text())[
+      "sampling_counts"
+    ]
+    for m in fedemd.METHODS
+  }
+  # FedProx is Random's selection (same seed, same cohorts) with another local update
+  assert counts["fedprox"] == counts["random"]
+  # FedFast (one pick per cluster) and TiFL pick 5 clients a round
+  assert sum(counts["tifl"]) == sum(counts["fedfast"]) == 4 * 5
   for png in ("accuracy_1_excl.png", "fig4_r99.png", "participation.png"):
     assert (out / png).stat().st_size > 5000
+
+
+def test_quick_binary_fedsgd_cells(tmp_path):
+  """--config.aggregation_setup=fedsgd writes ``<scenario>_<method>_fedsgd`` cells whose runs
+  take one full-batch step per client (batch = the largest client) and the plain mean."""
+  out = tmp_path / "fedsgd"
+  p = subprocess.run(
+    [
+      sys.executable,
+      "-m",
+      "experiments.fedemd",
+      "--quick",
+      f"--output_dir={out}",
+      "--config.aggregation_setup=fedsgd",
+      "--config.methods=('random','tifl')",
+    ],
+    cwd=ROOT,
+    env=dict(os.environ, JAX_PLATFORMS="cpu"),
+    capture_output=True,
+    text=True,
+    timeout=600,
+  )
+  assert p.returncode == 0, p.stderr[-3000:]
+  assert [r[0] for r in read_csv(out / "r99.csv")[1:]] == ["Random", "TiFL"]
+  for method in ("random", "tifl"):
+    cell = out / "cells" / f"1_excl_{method}_fedsgd" / "seed0"
+    cfg = json.loads((cell / "config.json").read_text())["config"]
+    sizes = json.loads((cell / "summary.json").read_text())
+    assert cfg["aggregator_hparams"] == {"weighting": "uniform"}
+    assert (cfg["local_epochs"], cfg["local_steps"]) == (1, 0)
+    assert cfg["batch_size"] > 4 and sizes["complete"]
 
 
 def test_dodge_offsets_are_centred_on_the_tick():
