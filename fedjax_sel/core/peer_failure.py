@@ -1,14 +1,17 @@
 """A multi-process run that loses a process ends cleanly in every survivor.
 
 When a process of a ``jax.distributed`` run dies (a host lost, SIGKILL, out of memory) or
-fails with an error, every other process ends with exit code 2 and one line on stderr::
+fails with an error, every other process ends with exit code 2 and one line on stderr, of
+about 150 characters plus the run folder's path three times::
 
-  error: process 1 of 2 was lost (...); the last checkpoint is round 300 in runs/x;
-  relaunch every process with --resume, this one with: python -m experiments.run ... --resume
-  (details: runs/x/process_0.log)
+  error: process 1 of 2 was lost (connection closed by peer); the last checkpoint is round
+  300 in runs/x; resume: sh runs/x/resume_process_0.sh (details: runs/x/process_0.log)
 
-No Python traceback, no C++ abort, no thread dump; the details go to the log file named in
-the line. A survivor learns of the loss in one of three ways, whichever comes first:
+The cause is a short phrase (:func:`short_cause`: gloo's or gRPC's message of several
+hundred characters becomes "connection closed by peer"); the script holds this process's
+command with ``--resume`` (:func:`resume_command`), which the log repeats with the full
+reason and traceback. No Python traceback, no C++ abort, no thread dump. A survivor learns
+of the loss in one of three ways, whichever comes first:
 
 - its next collective fails (gloo reports the closed connection at once: ``ValueError`` /
   ``JaxRuntimeError`` from a round or from ``distributed.any_process``, which every
@@ -86,6 +89,60 @@ def resume_command(argv: list[str] | None = None) -> str:
   if not any(a == "--resume" or a.startswith("--resume=") for a in args):
     args.append("--resume")
   return shlex.join(program + args)
+
+
+# what a lost peer's message says, as a short phrase (first match; the full text is logged)
+_CAUSES = (
+  ("connection closed by peer", "connection closed by peer"),
+  ("connection reset by peer", "connection reset by peer"),
+  ("socket closed", "connection closed by peer"),
+  ("broken pipe", "connection closed by peer"),
+  ("heartbeat", "missed heartbeats"),
+  ("barrier failed", "a barrier failed"),
+  ("task is set to error", "the coordination service marked it failed"),
+  ("coordination service", "the coordination service is unreachable"),
+  ("unavailable:", "unreachable"),
+  ("gloo", "a collective failed"),
+)
+CAUSE_CHARS = 50  # the most characters of a cause in the error line
+
+
+def short_cause(reason: str) -> str:
+  """``reason`` as the error line names it: a short phrase for the known messages of a lost
+  peer (gloo, gRPC, the coordination service), else its first line, at most ``CAUSE_CHARS``
+  characters (the full text goes to the process's log)."""
+  text = " ".join(reason.split())
+  own = text.startswith(("it failed with", "it ended", "no sign of life"))
+  if not own:
+    low = text.lower()
+    for sign, phrase in _CAUSES:
+      if sign in low:
+        return phrase
+  if len(text) <= CAUSE_CHARS:
+    return text
+  cut = text[: CAUSE_CHARS - 3]
+  space = cut.rfind(" ")
+  return (cut[:space] if space > CAUSE_CHARS // 2 else cut).rstrip() + "..."
+
+
+def _resume_hint(me: int) -> str:
+  """``resume: sh <folder>/resume_process_<me>.sh``: a script holding this process's command
+  with ``--resume`` (:func:`resume_command`) in the run's folder; the command itself where
+  the script cannot be written."""
+  command = resume_command()
+  folder = _context["output_dir"]
+  if folder and os.path.isdir(folder):
+    path = os.path.join(folder, f"resume_process_{me}.sh")
+    program = shlex.quote(sys.executable) + command[len("python") :]  # this interpreter
+    script = f"#!/bin/sh\ncd {shlex.quote(os.getcwd())} && exec {program}\n"
+    try:
+      with open(path, "w") as f:
+        f.write(script)
+      os.chmod(path, 0o755)
+      return f"resume: sh {shlex.quote(path)}"
+    except OSError:
+      pass
+  return f"resume every process with --resume, this one with: {command}"
 
 
 def _multiprocess() -> bool:
@@ -204,11 +261,8 @@ def report_lost(reason: str, details: str = "", lost: int | None = None) -> NoRe
       lost = 1 - me
     who = f"process {lost} of {n}" if lost is not None else f"a peer process (of {n})"
     why = announced.get(lost, reason) if lost is not None else reason
-    line = (
-      f"{who} was lost ({why}); {_where()}; relaunch every process with --resume, this one "
-      f"(process {me}) with: {resume_command()}"
-    )
-    _exit(line, f"process {me}: {reason}\n{details}")
+    line = f"{who} was lost ({short_cause(why)}); {_where()}; {_resume_hint(me)}"
+    _exit(line, _log_text(me, f"{who} was lost: {why}", details))
 
 
 def report(exc: BaseException) -> NoReturn:
@@ -222,12 +276,17 @@ def report(exc: BaseException) -> NoReturn:
   with _lock:
     me, n = _ids()
     announce(f"it failed with {reason}")
-    line = (
-      f"process {me} of {n} failed ({reason}); {_where()}; the other processes stop too; "
-      f"after fixing the cause relaunch every process with --resume, this one with: "
-      f"{resume_command()}"
-    )
-    _exit(line, details)
+    line = f"process {me} of {n} failed ({short_cause(reason)}); {_where()}; {_resume_hint(me)}"
+    _exit(line, _log_text(me, f"process {me} of {n} failed: {reason}", details))
+
+
+def _log_text(me: int, what: str, details: str) -> str:
+  """What the process's log gets: the full reason, the command that resumes this process
+  (every process is relaunched with --resume) and the details (a traceback)."""
+  return (
+    f"process {me}: {what}\nrelaunch every process with --resume; this one: "
+    f"{resume_command()}\n{details}"
+  )
 
 
 def announce(reason: str) -> None:

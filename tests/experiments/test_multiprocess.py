@@ -383,9 +383,8 @@ def _relaunch_from(line, survivor, out, tmp_path):
   """Relaunches both processes with the command the survivor printed (its own, with
   --resume; the other process's differs only in --process_id; a fresh port, as the old one
   may still be held by the lost coordinator's child for a few seconds)."""
-  command = line.split(" with: ", 1)[1].rsplit(" (details: ", 1)[0]
-  args = shlex.split(command)
-  assert args[:3] == ["python", "-m", "experiments.run"], args
+  args = _resume_args(line)
+  assert args[1:3] == ["-m", "experiments.run"], args
   assert "--resume" in args and f"--process_id={survivor}" in args and f"--output_dir={out}" in args
   launch = ("--coordinator_address", "--process_id", "--num_processes", "--cpu_devices")
   keep = [a for a in args[3:] if not a.startswith(launch)]
@@ -394,6 +393,17 @@ def _relaunch_from(line, survivor, out, tmp_path):
   )
   assert codes == [0, 0], _tail(str(tmp_path / "logs" / "process_1.log"))
   return _read(out)
+
+
+def _resume_args(line):
+  """The command in the script the error line names (``resume: sh <script>``): the survivor's
+  own, with --resume, run from the folder it ran in."""
+  script = shlex.split(line.split("resume: sh ", 1)[1].rsplit(" (details: ", 1)[0])[0]
+  with open(script) as f:
+    last = f.read().splitlines()[-1]
+  cd, command = last.split(" && exec ", 1)
+  assert shlex.split(cd) == ["cd", REPO], cd
+  return shlex.split(command)
 
 
 def _bound_s():
@@ -585,7 +595,8 @@ def test_a_process_that_fails_by_itself_ends_both_with_one_line_each(tmp_path):
   line0 = _one_error_line(2, err0)
   assert line0.startswith("error: process 1 of 2 was lost (it failed with RuntimeError: "
                           "injected failure"), line0  # fmt: skip
-  assert "--resume" in line0 and "--process_id=0" in line0
+  assert "--resume" in _resume_args(line0) and "--process_id=0" in _resume_args(line0)
+  assert len(line0) < 200 + 3 * len(out), line0  # the cause is short; the folder named thrice
   assert [ln for ln in err0.splitlines() if ln.strip()][-1] == line0
   assert os.path.exists(os.path.join(out, "process_1.log"))  # the traceback went there
   with open(os.path.join(out, "process_1.log")) as f:
