@@ -19,6 +19,13 @@ rounds as ``experiment.run`` runs them with an evaluation every round (``run_rou
 ``evaluate``, metrics to the host: ``round_with_eval_s``; FedEMD's R@99 needs it). The
 data is read through ``loaders.load_pool`` (IDX files from the usual places or
 ``--data_dir``). Prints one JSON object per cell with ``--json``, with the machine's load.
+
+``--client_accuracy=compare`` (the evaluation that follows what is read): the cell twice,
+built from the same data, its evaluation with the clients' local test splits
+(``client_accuracy=True``, every run before) and without (the FedGS study's default), a
+round + evaluation of each in turn, ``--rounds`` times (``interleaved_medians``: load hits
+both alike); prints both medians and their ratio, and checks that the two runs' test losses
+are equal bit for bit.
 """
 
 from __future__ import annotations
@@ -40,13 +47,16 @@ from fedjax_sel.core import simulation as sim_lib
 CELLS = ("fedgs_fmnist", "fedemd_fmnist")
 
 
-def build(cell: str, data_dir: str):
-  """(Simulation, FederatedData, config) of one cell."""
+def build(cell: str, data_dir: str, client_accuracy: bool | None = None, data=None):
+  """(Simulation, FederatedData, config) of one cell (``client_accuracy``: None keeps the
+  study's setting; ``data``: a dataset built before, reused)."""
   if cell == "fedgs_fmnist":
     c = fedgs_config.fashion_mnist_base()
     c.availability, c.selection = "idl", "uniform"
     c.data_dir = data_dir
-    sim, data = experiment.build(c)
+    if client_accuracy is not None:
+      c.client_accuracy = client_accuracy
+    sim, data = experiment.build(c, data)
     return sim, data, c
   study = fedemd.prepare_config(
     fedemd_config.get_config(), data_dir=data_dir or "/usr/share/datasets/fashion-mnist"
@@ -54,8 +64,50 @@ def build(cell: str, data_dir: str):
   study.base.data_dir = data_dir  # '' = search the usual places
   data = fedemd.maverick_data(study, "1_excl")
   c = fedemd.cell_config(study, "random")
+  if client_accuracy is not None:
+    c.client_accuracy = client_accuracy
   sim, _ = experiment.build(c, data)
   return sim, data, c
+
+
+def compare_client_accuracy(cell: str, rounds: int, data_dir: str) -> dict:
+  """Seconds of a round + its evaluation (as ``experiment.run`` with ``eval_every=1``) with
+  and without the per-client pass over the local test splits, interleaved, same data."""
+  sim_on, data, c = build(cell, data_dir, client_accuracy=True)
+  sim_off, _, _ = build(cell, data_dir, client_accuracy=False, data=data)
+  states = {"client_accuracy": [sim_on.init(0)], "global_only": [sim_off.init(0)]}
+  sims = {"client_accuracy": sim_on, "global_only": sim_off}
+  losses = {k: [] for k in sims}
+
+  def one(name):
+    def step():
+      state, m = sims[name].run_rounds(states[name][0], 1)
+      states[name][0] = state
+      ev = sim_lib.to_host(sims[name].evaluate(state))
+      sim_lib.to_host(m)
+      losses[name].append(ev["test_loss"])
+      return state.round
+
+    return step
+
+  t = C.interleaved_medians({k: one(k) for k in sims}, rounds, warmup=1)
+  before, after = t["client_accuracy"]["median_s"], t["global_only"]["median_s"]
+  return {
+    "cell": cell,
+    "dataset": c.dataset,
+    "model": c.model,
+    "local_test_examples": int(data.test.counts.sum()),
+    "global_test_examples": int(len(data.test_y)),
+    "rounds_timed": rounds,
+    "round_with_eval_s_client_accuracy": round(before, 3),
+    "round_with_eval_s_global_only": round(after, 3),
+    "ratio": round(before / after, 3),
+    "samples_s": {k: v["samples_s"] for k, v in t.items()},
+    "same_test_losses": losses["client_accuracy"] == losses["global_only"],
+    "parallelism": sim_on.trainer.kind,
+    "devices": jax.device_count(),
+    "machine": C.machine_info(),
+  }
 
 
 def measure(cell: str, rounds: int, data_dir: str) -> dict:
@@ -120,6 +172,12 @@ def main(argv: list[str] | None = None) -> int:
   p.add_argument(
     "--cpu_devices", type=int, default=0, help="expose this many CPU cores as JAX devices"
   )
+  p.add_argument(
+    "--client_accuracy",
+    default="study",
+    help="study (the cell's own setting), compare (with and without the per-client pass "
+    "over the local test splits, side by side)",
+  )
   a = p.parse_args(argv)
   cells = [s for s in a.cells.split(",") if s]
   bad = sorted(set(cells) - set(CELLS))
@@ -127,9 +185,24 @@ def main(argv: list[str] | None = None) -> int:
     p.error(f"--cells={a.cells!r}; allowed: any of {', '.join(CELLS)}")
   if a.rounds < 1:
     p.error(f"--rounds={a.rounds}; allowed: integers >= 1")
+  if a.client_accuracy not in ("study", "compare"):
+    p.error(f"--client_accuracy={a.client_accuracy!r}; allowed: study, compare")
   if a.cpu_devices:
     C.set_cpu_devices(a.cpu_devices)
   for cell in cells:
+    if a.client_accuracy == "compare":
+      record = compare_client_accuracy(cell, a.rounds, a.data_dir)
+      print(
+        json.dumps(record)
+        if a.json
+        else (
+          f"{cell}: round + evaluation {record['round_with_eval_s_client_accuracy']} s with "
+          f"client accuracy, {record['round_with_eval_s_global_only']} s without "
+          f"(x{record['ratio']}); same test losses: {record['same_test_losses']}"
+        ),
+        flush=True,
+      )
+      continue
     record = measure(cell, a.rounds, a.data_dir)
     if a.json:
       print(json.dumps(record), flush=True)

@@ -12,6 +12,7 @@ from benchmarks import real_data_round
     (["--cells=fedgs_cifar"], "--cells='fedgs_cifar'; allowed: any of fedgs_fmnist, fedemd_fmnist"),
     (["--cells="], "--cells=''"),
     (["--rounds=0"], "--rounds=0; allowed: integers >= 1"),
+    (["--client_accuracy=off"], "--client_accuracy='off'; allowed: study, compare"),
   ],
 )
 def test_bad_arguments_name_the_value(capsys, args, message):
