@@ -84,6 +84,15 @@ CASES = [
   ),
   ("fl_fdms", "FL-FDMS - Stale: final +0.44, mean acc -1.11", "−1.11", "fl_fdms.md"),
   ("fedar", "FedVARP +0.03 points, seed std 0.05 / 0.07", "0.03-0.07 at 0.5", "fedar.md"),
+  ("clustered_sampling", "Alg. 1 (sample size) +5.74", "(+5.74", "clustered_sampling.md"),
+  (
+    "clustered_sampling",
+    "MD sampling -9.19, Alg. 1 (sample size) -3.45",
+    "3.45 below target",
+    "clustered_sampling.md",
+  ),
+  ("clustered_sampling", "exact minus sketched: -0.49", "| -0.49 |", "clustered_sampling.md"),
+  ("clustered_sampling", "Alg. 2 (Arccos) +8.13", "+8.13 (α = 0.001)", "clustered_sampling.md"),
   ("fedar", "p = 0.22", "p = 0.22-0.65", "fedar.md"),
   ("fedar", "p = 0.65", "p = 0.22-0.65", "fedar.md"),
 ]

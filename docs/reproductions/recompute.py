@@ -390,19 +390,31 @@ def clustered_sampling() -> None:
   for name in (
     "clustered_sampling_fmnist/table_one_class.csv",
     "clustered_sampling_fmnist/table_dirichlet.csv",
-    "clustered_sampling_fmnist_order/table_one_class.csv",  # both client orders (issue 38)
+    "clustered_sampling_fmnist_order/table_one_class.csv",  # both client orders
     "clustered_sampling_fmnist_order/numpy1_ties/table_one_class.csv",
+    "clustered_sampling_fmnist_order/dirichlet_exact/table_dirichlet.csv",
   ):
     rows = table(name)
     for setup in dict.fromkeys(r["Set-up"] for r in rows):
       acc = {r["Method"]: first(r["final test acc (%)"]) for r in rows if r["Set-up"] == setup}
-      md = acc.pop("MD sampling", None)
-      if md is None:
-        continue
+      spread = {
+        r["Method"]: r["final test acc (%)"].split("±")[1].strip()
+        for r in rows
+        if r["Set-up"] == setup
+      }
       print(
-        f"{name.split('/')[0]}, {setup}: final accuracy minus MD's: "
-        + ", ".join(f"{m} {v - md:+.2f}" for m, v in acc.items())
+        f"{name.rsplit('/', 1)[0]}, {setup}: final accuracy ± seed std: "
+        + ", ".join(f"{m} {v:.2f} ± {spread[m]}" for m, v in acc.items())
       )
+      sketched, exact = "Alg. 2 (Arccos)", "Alg. 2 (Arccos, exact updates)"
+      if sketched in acc and exact in acc:
+        print(f"  Alg. 2 exact minus sketched: {acc[exact] - acc[sketched]:+.2f}")
+      for reference in ("MD sampling", "Target (one client per class)"):
+        if reference in acc:
+          print(
+            f"  minus {reference}'s: "
+            + ", ".join(f"{m} {v - acc[reference]:+.2f}" for m, v in acc.items() if m != reference)
+          )
 
 
 def fedar() -> None:
