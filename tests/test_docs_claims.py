@@ -223,3 +223,17 @@ def test_verdict_parsing_of_both_column_kinds():
     "| c | partly (seed 0): a | b |\n"
   )
   assert page_verdicts(text) == [("c", "partly (seed 0): a")]
+
+
+def test_readme_opens_with_the_two_commands_then_links_each_summary():
+  lines = (ROOT / "README.md").read_text().splitlines()
+  assert lines[0] == "# fedjax_sel" and lines[2] == "```bash" and lines[5] == "```"
+  assert lines[3].startswith("python3 -m venv .venv && .venv/bin/pip install -q -e . && ")
+  assert lines[4].startswith("python3 -m venv .venv-test && ")
+  text = "\n".join(lines)
+  rows = table_after(text, "## Five papers reproduced: the answers")
+  assert rows[0] == ["paper", "what reproduces", "what does not", "page"]
+  assert len(rows) - 1 == len(PAGES)
+  for row, page in zip(rows[1:], PAGES.values()):
+    assert row[3].endswith(f"(docs/reproductions/{page}#in-one-minute)"), row
+    assert row[1] and row[2], row
