@@ -271,6 +271,47 @@ def seed_config(
   return c
 
 
+RESULT_FILES = ("config.json", "metrics.jsonl", "summary.json")  # a run as results/ keeps it
+
+
+def seed_from_results(committed: str, output_dir: str) -> list[str]:
+  """Copies the finished runs of ``committed`` (``cells/<cell>/seed<k>/`` whose summary.json
+  says ``complete``: their ``RESULT_FILES``) into ``output_dir`` wherever it has no such seed
+  folder yet, so that ``run_cells`` reads them back instead of training them: the same
+  command on a fresh machine goes on at the first run ``committed`` lacks. Nothing in
+  ``output_dir`` is overwritten (the Python form of ``cp -rn results/<study>/cells
+  runs/<study>/``); a seed folder appears with its three files or not at all.
+
+  Returns:
+    The seed folders made in ``output_dir``.
+  """
+  root = os.path.join(committed, "cells")
+  made = []
+  for cell in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+    for seed in sorted(os.listdir(os.path.join(root, cell))):
+      source = os.path.join(root, cell, seed)
+      target = os.path.join(output_dir, "cells", cell, seed)
+      summary = os.path.join(source, "summary.json")
+      if not re.fullmatch(r"seed\d+", seed) or os.path.exists(target):
+        continue
+      if not os.path.exists(summary) or not _load_json(summary).get("complete"):
+        continue
+      part = f"{target}.part"
+      for name in RESULT_FILES:
+        with open(os.path.join(source, name), "rb") as f:
+          results.atomic_write_bytes(os.path.join(part, name), f.read())
+      os.replace(part, target)
+      made.append(target)
+  if made:
+    logging.info("%d finished run(s) copied from %s into %s", len(made), committed, output_dir)
+  return made
+
+
+def _load_json(path: str) -> dict:
+  with open(path) as f:
+    return json.load(f)
+
+
 def run_cell(
   config: ml_collections.ConfigDict,
   output_dir: str,

@@ -12,7 +12,10 @@ columns run only when ``--data_dir`` holds those TFDS datasets (or when named in
 ``--datasets``). Fig. 4: final sampling counts per client. Table 3: precision / recall / F1
 of the 3DG built from cosine / functional similarity against the oracle 3DG. Table 4:
 FedGS on the oracle vs the constructed 3DGs. Every cell/seed runs under
-``output_dir/cells/<cell>/seed<k>/`` (finished ones are read back with ``--resume``).
+``output_dir/cells/<cell>/seed<k>/`` (finished ones are read back with ``--resume``);
+``--seed_from=results/<folder>`` first copies the committed finished runs there
+(``common.seed_from_results``), so the same command on a fresh machine trains only the runs
+that folder lacks (results/fedgs_table2/run_chain_fmnist.sh).
 The Fashion-MNIST column runs the authors' released protocol by default;
 ``--config.fmnist_protocol=ours`` the one of the committed ``results/fedgs_fmnist/
 rounds*/`` ablation (``experiments/configs/fedgs_table2.py``). A cell folder that holds
@@ -241,6 +244,13 @@ def define_flags():
     f"and the config's extra_methods; --quick: {QUICK_METHODS})",
   )
   flags.DEFINE_string("modes", "", "subset of the availability modes ('' = each dataset's)")
+  flags.DEFINE_string(
+    "seed_from",
+    "",
+    "a folder of committed results (cells/<cell>/seed<k>/ with config.json, metrics.jsonl, "
+    "summary.json): its finished runs are copied into --output_dir first (never over a run "
+    "there) and read back instead of trained",
+  )
   return common.define_config_file(CONFIG_FILE, "the paper's settings (ml_collections config file)")
 
 
@@ -753,12 +763,17 @@ def run_all(
   methods: Sequence[str] = (),
   modes: Sequence[str] = (),
   parts: Sequence[str] = PARTS,
+  seed_from: str = "",
 ) -> dict[str, str]:
-  """Runs the requested parts and writes their tables/figures; returns {part: markdown}."""
+  """Runs the requested parts and writes their tables/figures; returns {part: markdown}.
+  ``seed_from``: a folder of committed finished runs, copied in first (see ``--seed_from``).
+  """
   cfg = apply_fmnist_protocol(cfg)
   columns = study_columns(cfg, datasets, quick, data_dir, rounds)
   method_keys = study_methods(cfg, methods, quick)
   os.makedirs(output_dir, exist_ok=True)
+  if seed_from and resume:
+    common.seed_from_results(seed_from, output_dir)
   out = {}
   runs2 = {}
   if "table2" in parts or "fig4" in parts or "table4" in parts:
@@ -785,6 +800,11 @@ def check_config(argv) -> dict:
   f = flags.FLAGS
   if not f.output_dir:
     raise common.UsageError("--output_dir is required; allowed: a folder for the results")
+  if f.seed_from and not os.path.isdir(f.seed_from):
+    raise common.UsageError(
+      f"--seed_from={f.seed_from!r} is not a folder; allowed: a folder of committed results "
+      "(cells/<cell>/seed<k>/)"
+    )
   cfg = _CONFIG[0].value
   datasets = split_names(f.datasets, list(cfg.datasets.keys()), "datasets")
   text = f.methods
@@ -818,6 +838,7 @@ def check_config(argv) -> dict:
     methods=methods,
     modes=modes,
     parts=parts,
+    seed_from=f.seed_from,
   )
 
 

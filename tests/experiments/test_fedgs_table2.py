@@ -254,3 +254,50 @@ def test_ours_protocol_is_the_committed_ablation():
 def test_bad_names_are_one_clear_error():
   with pytest.raises(ValueError, match="unknown methods \\['fedgss'\\]"):
     fedgs_table2.split_names("uniform,fedgss", ["uniform", "md"], "methods")
+
+
+def test_a_fresh_machine_trains_only_the_runs_results_lack(tmp_path, monkeypatch):
+  """--seed_from: the committed finished runs are copied in and read back, never trained
+  again; the command goes on at the first run the committed folder lacks (here MDSample, and
+  UniformSample's seed 1, whose committed run did not finish)."""
+  kw = dict(quick=True, datasets=["synthetic"], modes=["idl"], parts=("table2",))
+  committed = str(tmp_path / "results")
+  fedgs_table2.run_all(config_lib.get_config(), committed, [0, 1], methods=["uniform"], **kw)
+  cell = os.path.join(committed, "cells", "synthetic-idl-uniform")
+  for seed in ("seed0", "seed1"):
+    assert sorted(os.listdir(os.path.join(cell, seed))) == sorted(
+      [*common.RESULT_FILES, "checkpoints"]
+    )
+  with open(os.path.join(cell, "seed1", "summary.json")) as f:
+    unfinished = dict(json.load(f), complete=False)
+  with open(os.path.join(cell, "seed1", "summary.json"), "w") as f:
+    json.dump(unfinished, f)
+  trained = []
+  run_batch = common.experiment.run_batch
+
+  def spy(configs, dirs, **kwargs):
+    trained.extend(os.path.relpath(d, out) for d in dirs)
+    return run_batch(configs, dirs, **kwargs)
+
+  monkeypatch.setattr(common.experiment, "run_batch", spy)
+  out = str(tmp_path / "fresh")
+  tables = fedgs_table2.run_all(
+    config_lib.get_config(), out, [0, 1], methods=["uniform", "md"], seed_from=committed, **kw
+  )
+  assert sorted(trained) == [
+    os.path.join("cells", "synthetic-idl-md", "seed0"),
+    os.path.join("cells", "synthetic-idl-md", "seed1"),
+    os.path.join("cells", "synthetic-idl-uniform", "seed1"),
+  ]
+  copied = os.path.join(out, "cells", "synthetic-idl-uniform", "seed0")
+  assert sorted(os.listdir(copied)) == sorted(common.RESULT_FILES)  # never checkpoints
+  for name in common.RESULT_FILES:
+    with open(os.path.join(copied, name)) as a, open(os.path.join(cell, "seed0", name)) as b:
+      assert a.read() == b.read()
+  assert "UniformSample" in tables["table2"] and "MDSample" in tables["table2"]
+  # the same command again: everything is read back
+  trained.clear()
+  again = fedgs_table2.run_all(
+    config_lib.get_config(), out, [0, 1], methods=["uniform", "md"], seed_from=committed, **kw
+  )
+  assert trained == [] and again["table2"] == tables["table2"]
