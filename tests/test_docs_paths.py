@@ -79,3 +79,47 @@ def test_results_paths_named_in_the_documents_exist():
 )
 def test_missing_paths_finds_exactly_the_missing_ones(text, found):
   assert missing_paths(text, pathlib.Path("x")) == found
+
+
+LINK = re.compile(r"\]\(([^)\s]*?\.md)?#([^)\s]+)\)")
+
+
+def slug(heading: str) -> str:
+  """GitHub's anchor of a Markdown heading: lower case, punctuation dropped, spaces to '-'."""
+  return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def anchors(path: pathlib.Path) -> set[str]:
+  text = re.sub(r"```.*?```", "", path.read_text(), flags=re.S)  # no headings in code
+  return {slug(line.lstrip("#")) for line in text.splitlines() if re.match(r"#{1,6} ", line)}
+
+
+def broken_anchors(doc: pathlib.Path, root: pathlib.Path = ROOT) -> list[str]:
+  broken = []
+  for match in LINK.finditer(doc.read_text()):
+    target = (doc.parent / match.group(1)).resolve() if match.group(1) else doc
+    if not target.is_file():
+      broken.append(f"{doc.relative_to(root)}: no file {match.group(1)}")
+    elif match.group(2) not in anchors(target):
+      broken.append(f"{doc.relative_to(root)}: no heading #{match.group(2)} in {target.name}")
+  return broken
+
+
+def test_section_links_in_the_documents_lead_to_headings():
+  broken = [b for doc in user_documents() for b in broken_anchors(doc)]
+  assert not broken, "\n".join(broken)
+
+
+def test_slug_is_githubs():
+  assert slug("Verdict per claim") == "verdict-per-claim"
+  assert slug("Fig. 4 as the text describes, seed 0") == "fig-4-as-the-text-describes-seed-0"
+  assert slug(
+    "Table 1 as the text describes: D_c from label distributions, size-weighted FedAvg"
+  ) == ("table-1-as-the-text-describes-d_c-from-label-distributions-size-weighted-fedavg")
+
+
+def test_a_broken_anchor_is_found(tmp_path):
+  doc = tmp_path / "a.md"
+  (tmp_path / "b.md").write_text("# B\n\n## In one minute\n")
+  doc.write_text("[ok](b.md#in-one-minute) [bad](b.md#in-two-minutes)\n")
+  assert broken_anchors(doc, tmp_path) == ["a.md: no heading #in-two-minutes in b.md"]
