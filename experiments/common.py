@@ -32,7 +32,8 @@ from fedjax_sel.metrics import results
 
 
 def define_flags(default_seeds: str = "0,1,2") -> None:
-  """--output_dir, --quick, --seeds, --rounds, --data_dir, --resume (every paper binary),
+  """--output_dir, --quick, --seeds, --rounds, --data_dir, --resume, --tensorboard,
+  --half_precision (every paper binary),
   and the multi-process launch flags (``--coordinator_address``, ``--num_processes``,
   ``--process_id``, ...; the processes join before ``main`` runs)."""
   distributed.define_flags()
@@ -49,6 +50,18 @@ def define_flags(default_seeds: str = "0,1,2") -> None:
     "also write TensorBoard event files into every cell's seed<k>/ folder (tensorboard "
     '--logdir <output_dir>); needs pip install -e ".[tensorboard]"',
   )
+  flags.DEFINE_bool(
+    "half_precision",
+    False,
+    "every cell's model computes in bfloat16 over float32 parameters (the config field "
+    "half_precision; docs/performance.md, 'Half precision')",
+  )
+
+
+def half_precision_flag() -> bool:
+  """``--half_precision`` of a study binary (False where the flag is not defined or parsed)."""
+  f = flags.FLAGS
+  return "half_precision" in f and f.is_parsed() and bool(f.half_precision)
 
 
 def tensorboard_flag() -> bool:
@@ -261,6 +274,8 @@ def seed_config(
   """A copy of ``config`` for one seed (see ``run_cell``)."""
   c = ml_collections.ConfigDict(config.to_dict())
   c.seed = seed
+  if half_precision_flag():
+    c.half_precision = True
   if availability_seed_per_seed:
     if config.availability_seed < 0:
       raise ValueError(
@@ -381,7 +396,8 @@ def run_cells(
       if resume and os.path.exists(summary_path):
         with open(summary_path) as f:
           summary = json.load(f)
-        if summary.get("complete") and summary.get("rounds") == c.rounds:
+        same_precision = summary.get("half_precision", False) == c.get("half_precision", False)
+        if summary.get("complete") and summary.get("rounds") == c.rounds and same_precision:
           out[name][i] = (summary, results.read_jsonl(os.path.join(folder, "metrics.jsonl")))
           continue
       dataset = dataset_fn(c) if dataset_fn is not None else None

@@ -35,6 +35,9 @@ HELP = {
   "param_init": "initial parameters: flax (lecun_normal kernels, zero biases) or torch "
   "(PyTorch's Conv2d/Linear defaults: kernels and biases U(-1/sqrt(fan_in), 1/sqrt(fan_in)), "
   "as the papers' released code)",
+  "half_precision": "compute the model's forward and backward pass in bfloat16 over float32 "
+  "parameters; optimizer state, aggregation and the server's step stay float32 (fast on hosts "
+  "with bfloat16 matrix units: docs/performance.md, 'Half precision')",
   "num_clients": "N, number of clients",
   "clients_per_round": "M, cohort slots per round (1..N)",
   "examples_per_client": "give every client exactly this many training examples (0 = the "

@@ -78,6 +78,7 @@ def build(c: ml_collections.ConfigDict, dataset: data.FederatedData | None = Non
   dataset = dataset if dataset is not None else load_data(c)
   hp = {"hidden": (int(c.mlp_hidden),)} if c.model == "mlp" else {}
   hp["param_init"] = c.get("param_init", "flax")
+  hp["half_precision"] = bool(c.get("half_precision", False))
   model = models.make(c.model, dataset.input_shape, dataset.num_classes, **hp)
   config = sim_lib.SimulationConfig(
     client_lr=c.client_lr,

@@ -39,6 +39,9 @@ def default_config() -> ml_collections.ConfigDict:
   # initial parameters: "flax" (lecun_normal kernels, zero biases) or "torch" (PyTorch's
   # Conv2d / Linear defaults, the papers' released code)
   c.param_init = "flax"
+  # model compute in bfloat16 over float32 parameters, optimizer state and aggregation
+  # (fedjax_sel.models.precision); off: float32 throughout
+  c.half_precision = False
   c.num_clients = 30
   c.clients_per_round = 6
   c.examples_per_client = 0  # 0 = the dataset's or partition's own sizes
@@ -216,6 +219,8 @@ def validate_config(c: ml_collections.ConfigDict) -> None:
       f"data_dir={c.data_dir!r} is not a folder; give a folder holding the four IDX files "
       "(MNIST, Fashion-MNIST) or a TFDS data_dir with the prepared dataset (see README, 'Data')"
     )
+  if not isinstance(c.get("half_precision", False), bool):
+    raise ValueError(f"half_precision={c.half_precision!r}; allowed: True or False")
   if not isinstance(c.get("global_train_loss", False), bool):
     raise ValueError(f"global_train_loss={c.global_train_loss!r}; allowed: True or False")
   if not isinstance(c.get("client_accuracy", True), bool):

@@ -50,6 +50,9 @@ def _summary(history, state, sim, c, stopped: str | None = None) -> dict:
     "chunk_size": int(sim.trainer.chunk_size),
     "parallelism": sim.trainer.kind,
     "compile_seconds": _compile_seconds(history),
+    # bfloat16 compute over float32 parameters (``half_precision``), or float32 throughout
+    "half_precision": bool(c.get("half_precision", False)),
+    "compute_dtype": getattr(sim.model, "compute_dtype", "float32"),
   }
 
 

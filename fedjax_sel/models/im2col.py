@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from fedjax_sel.models.conv_ops import nhwc_conv
+from fedjax_sel.models.precision import HALF, mixed_matmul
 
 
 @nhwc_conv
@@ -27,6 +28,8 @@ def im2col_conv(lhs, rhs, window_strides, padding, precision, preferred_element_
   convolution that is slower still; matmuls have neither problem. Same arithmetic as the
   convolution (a sum over the same kh*kw*C products), equal to float rounding.
   Falls back to ``lax.conv_general_dilated`` for dilation, groups or other layouts.
+  With bfloat16 inputs (``half_precision``) the product is ``precision.mixed_matmul``:
+  bfloat16 operands, float32 accumulation, in the forward pass and both gradients.
   """
   if preferred_element_type is not None:
     return None
@@ -44,4 +47,6 @@ def im2col_conv(lhs, rhs, window_strides, padding, precision, preferred_element_
     for j in range(kw)
   ]
   patches = jnp.concatenate(cols, axis=-1)  # [N, ho, wo, kh*kw*cin], order (i, j, c)
+  if lhs.dtype == HALF and precision is None:  # half precision: float32 accumulation
+    return mixed_matmul(patches, rhs.reshape(kh * kw * cin, cout).astype(HALF))
   return jnp.einsum("nhwk,ko->nhwo", patches, rhs.reshape(kh * kw * cin, cout), precision=precision)

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from fedjax_sel.core.registry import Registry, check_range
 from fedjax_sel.models.conv_ops import canonical_conv, max_pool_2x2
 from fedjax_sel.models.im2col import im2col_conv
+from fedjax_sel.models.precision import FULL, compute_dtype, conv_kwargs, dense_kwargs
 
 CONV_IMPLS = ("auto", "xla", "canonical", "im2col")
 
@@ -59,12 +61,20 @@ def layer_inits(param_init: str, fan_in: int) -> dict:
   return {"kernel_init": kernel_init, "bias_init": bias_init}
 
 
-def _dense(features: int, x, param_init: str) -> jax.Array:
-  return nn.Dense(features, **layer_inits(param_init, x.shape[-1]))(x)
+def _dense(features: int, x, param_init: str, dtype=FULL) -> jax.Array:
+  return nn.Dense(features, **layer_inits(param_init, x.shape[-1]), **dense_kwargs(dtype))(x)
+
+
+def _logits(x) -> jax.Array:
+  """The model's output, float32 whatever it computed in (losses and metrics are float32)."""
+  return x.astype(FULL)
 
 
 class Model(NamedTuple):
-  """A pure model: ``init(key) -> params``, ``apply(params, x) -> logits f32[B, C]``."""
+  """A pure model: ``init(key) -> params``, ``apply(params, x) -> logits f32[B, C]``.
+
+  Parameters are float32 always; ``compute_dtype`` is what ``apply`` computes in
+  (``"bfloat16"`` under ``half_precision``, see ``fedjax_sel.models.precision``)."""
 
   init: Callable[[jax.Array], dict]
   apply: Callable[[dict, jax.Array], jax.Array]
@@ -73,6 +83,7 @@ class Model(NamedTuple):
   num_classes: int
   conv: bool = False
   conv_impl: str | None = None  # the convolutions of a CNN (``CONV_IMPLS``, resolved)
+  compute_dtype: str = "float32"
 
 
 class LogisticRegression(nn.Module):
@@ -80,11 +91,12 @@ class LogisticRegression(nn.Module):
 
   num_classes: int
   param_init: str = "flax"
+  dtype: Any = FULL  # compute dtype; parameters are float32
 
   @nn.compact
   def __call__(self, x):
-    x = x.reshape((x.shape[0], -1))
-    return _dense(self.num_classes, x, self.param_init)
+    x = x.reshape((x.shape[0], -1)).astype(self.dtype)
+    return _logits(_dense(self.num_classes, x, self.param_init, self.dtype))
 
 
 class MLP(nn.Module):
@@ -93,13 +105,14 @@ class MLP(nn.Module):
   num_classes: int
   hidden: Sequence[int] = (200,)
   param_init: str = "flax"
+  dtype: Any = FULL  # compute dtype; parameters are float32
 
   @nn.compact
   def __call__(self, x):
-    x = x.reshape((x.shape[0], -1))
+    x = x.reshape((x.shape[0], -1)).astype(self.dtype)
     for width in self.hidden:
-      x = nn.relu(_dense(width, x, self.param_init))
-    return _dense(self.num_classes, x, self.param_init)
+      x = nn.relu(_dense(width, x, self.param_init, self.dtype))
+    return _logits(_dense(self.num_classes, x, self.param_init, self.dtype))
 
 
 class MnistCNN(nn.Module):
@@ -112,18 +125,21 @@ class MnistCNN(nn.Module):
   num_classes: int
   conv_impl: str = "xla"
   param_init: str = "flax"
+  dtype: Any = FULL  # compute dtype; parameters are float32
 
   @nn.compact
   def __call__(self, x):
     conv = _conv(self.conv_impl)
-    init = lambda x: layer_inits(self.param_init, x.shape[-1] * 25)  # 5x5 kernels
+    # 5x5 kernels; under half precision the layers compute in self.dtype
+    init = lambda x: {**layer_inits(self.param_init, x.shape[-1] * 25), **conv_kwargs(self.dtype)}
+    x = x.astype(self.dtype)
     x = nn.relu(conv(32, (5, 5), padding="SAME", **init(x))(x))
     x = max_pool_2x2(x)
     x = nn.relu(conv(64, (5, 5), padding="SAME", **init(x))(x))
     x = max_pool_2x2(x)
     x = x.reshape((x.shape[0], -1))
-    x = nn.relu(_dense(512, x, self.param_init))
-    return _dense(self.num_classes, x, self.param_init)
+    x = nn.relu(_dense(512, x, self.param_init, self.dtype))
+    return _logits(_dense(self.num_classes, x, self.param_init, self.dtype))
 
 
 class CifarCNN(nn.Module):
@@ -132,19 +148,22 @@ class CifarCNN(nn.Module):
   num_classes: int
   conv_impl: str = "xla"
   param_init: str = "flax"
+  dtype: Any = FULL  # compute dtype; parameters are float32
 
   @nn.compact
   def __call__(self, x):
     conv = _conv(self.conv_impl)
-    init = lambda x: layer_inits(self.param_init, x.shape[-1] * 25)  # 5x5 kernels
+    # 5x5 kernels; under half precision the layers compute in self.dtype
+    init = lambda x: {**layer_inits(self.param_init, x.shape[-1] * 25), **conv_kwargs(self.dtype)}
+    x = x.astype(self.dtype)
     x = nn.relu(conv(32, (5, 5), padding="VALID", **init(x))(x))
     x = max_pool_2x2(x)
     x = nn.relu(conv(64, (5, 5), padding="VALID", **init(x))(x))
     x = max_pool_2x2(x)
     x = x.reshape((x.shape[0], -1))
-    x = nn.relu(_dense(384, x, self.param_init))
-    x = nn.relu(_dense(192, x, self.param_init))
-    return _dense(self.num_classes, x, self.param_init)
+    x = nn.relu(_dense(384, x, self.param_init, self.dtype))
+    x = nn.relu(_dense(192, x, self.param_init, self.dtype))
+    return _logits(_dense(self.num_classes, x, self.param_init, self.dtype))
 
 
 _REGISTRY = Registry("model")
@@ -152,6 +171,7 @@ _REGISTRY = Registry("model")
 
 def _wrap(module: nn.Module, name: str, input_shape, num_classes, conv=False) -> Model:
   conv_impl = getattr(module, "conv_impl", None) if conv else None
+  dtype_name = jnp.dtype(module.dtype).name
   dummy = jnp.zeros((1, *input_shape), jnp.float32)
 
   def init(key):
@@ -160,7 +180,7 @@ def _wrap(module: nn.Module, name: str, input_shape, num_classes, conv=False) ->
   def apply(params, x):
     return module.apply({"params": params}, x)
 
-  return Model(init, apply, name, tuple(input_shape), num_classes, conv, conv_impl)
+  return Model(init, apply, name, tuple(input_shape), num_classes, conv, conv_impl, dtype_name)
 
 
 def num_params(model: Model) -> int:
@@ -169,8 +189,10 @@ def num_params(model: Model) -> int:
   return sum(int(math.prod(s.shape)) for s in jax.tree_util.tree_leaves(shapes))
 
 
-def _check(input_shape, num_classes, param_init="flax"):
+def _check(input_shape, num_classes, param_init="flax", half_precision=False):
   check_range("num_classes", num_classes, 2)
+  if not isinstance(half_precision, (bool, np.bool_)):
+    raise ValueError(f"half_precision={half_precision!r}; allowed: True or False")
   if param_init not in PARAM_INITS:
     raise ValueError(f"param_init={param_init!r}; allowed: {', '.join(PARAM_INITS)}")
   if not input_shape or any(int(d) < 1 for d in input_shape):
@@ -178,20 +200,29 @@ def _check(input_shape, num_classes, param_init="flax"):
 
 
 @_REGISTRY.register("logreg")
-def make_logreg(input_shape, num_classes, param_init: str = "flax") -> Model:
-  _check(input_shape, num_classes, param_init)
-  module = LogisticRegression(num_classes, param_init)
+def make_logreg(
+  input_shape, num_classes, param_init: str = "flax", half_precision: bool = False
+) -> Model:
+  """``half_precision``: compute in bfloat16 over float32 parameters (``models.precision``)."""
+  _check(input_shape, num_classes, param_init, half_precision)
+  module = LogisticRegression(num_classes, param_init, compute_dtype(half_precision))
   return _wrap(module, "logreg", input_shape, num_classes)
 
 
 @_REGISTRY.register("mlp")
 def make_mlp(
-  input_shape, num_classes, hidden: Sequence[int] = (200,), param_init: str = "flax"
+  input_shape,
+  num_classes,
+  hidden: Sequence[int] = (200,),
+  param_init: str = "flax",
+  half_precision: bool = False,
 ) -> Model:
-  _check(input_shape, num_classes, param_init)
+  """``half_precision``: compute in bfloat16 over float32 parameters (``models.precision``)."""
+  _check(input_shape, num_classes, param_init, half_precision)
   if any(int(h) < 1 for h in hidden):
     raise ValueError(f"hidden={tuple(hidden)!r}: every width must be >= 1")
-  return _wrap(MLP(num_classes, tuple(hidden), param_init), "mlp", input_shape, num_classes)
+  module = MLP(num_classes, tuple(hidden), param_init, compute_dtype(half_precision))
+  return _wrap(module, "mlp", input_shape, num_classes)
 
 
 def _check_image(name, input_shape, min_side):
@@ -204,25 +235,37 @@ def _check_image(name, input_shape, min_side):
 
 @_REGISTRY.register("cnn_mnist")
 def make_cnn_mnist(
-  input_shape, num_classes, conv_impl: str = "auto", param_init: str = "flax"
+  input_shape,
+  num_classes,
+  conv_impl: str = "auto",
+  param_init: str = "flax",
+  half_precision: bool = False,
 ) -> Model:
   """``conv_impl``: one of ``CONV_IMPLS`` (``auto``: ``canonical`` on CPU, else ``xla``);
-  ``param_init``: one of ``PARAM_INITS``."""
-  _check(input_shape, num_classes, param_init)
+  ``param_init``: one of ``PARAM_INITS``; ``half_precision``: compute in bfloat16 over
+  float32 parameters (``models.precision``)."""
+  _check(input_shape, num_classes, param_init, half_precision)
   _check_image("cnn_mnist", input_shape, 4)
-  module = MnistCNN(num_classes, resolve_conv_impl(conv_impl), param_init)
+  dtype = compute_dtype(half_precision)
+  module = MnistCNN(num_classes, resolve_conv_impl(conv_impl), param_init, dtype)
   return _wrap(module, "cnn_mnist", input_shape, num_classes, conv=True)
 
 
 @_REGISTRY.register("cnn_cifar")
 def make_cnn_cifar(
-  input_shape, num_classes, conv_impl: str = "auto", param_init: str = "flax"
+  input_shape,
+  num_classes,
+  conv_impl: str = "auto",
+  param_init: str = "flax",
+  half_precision: bool = False,
 ) -> Model:
   """``conv_impl``: one of ``CONV_IMPLS`` (``auto``: ``canonical`` on CPU, else ``xla``);
-  ``param_init``: one of ``PARAM_INITS``."""
-  _check(input_shape, num_classes, param_init)
+  ``param_init``: one of ``PARAM_INITS``; ``half_precision``: compute in bfloat16 over
+  float32 parameters (``models.precision``)."""
+  _check(input_shape, num_classes, param_init, half_precision)
   _check_image("cnn_cifar", input_shape, 13)
-  module = CifarCNN(num_classes, resolve_conv_impl(conv_impl), param_init)
+  dtype = compute_dtype(half_precision)
+  module = CifarCNN(num_classes, resolve_conv_impl(conv_impl), param_init, dtype)
   return _wrap(module, "cnn_cifar", input_shape, num_classes, conv=True)
 
 
