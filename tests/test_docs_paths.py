@@ -16,6 +16,8 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 # a path under results/, written plainly, in a link, or with braces and globs
+# words before a path, on its line, that say a command creates it
+CREATED = ("mkdir", "copied into", "--seed_from=")
 PATH = re.compile(r"(?<![\w./-])(?:\.\./)*results/[\w.*{},/\-]*")
 
 
@@ -36,8 +38,8 @@ def missing_paths(text: str, base: pathlib.Path) -> list[str]:
   missing = []
   for match in PATH.finditer(text):
     line_start = text.rfind("\n", 0, match.start()) + 1
-    if "mkdir" in text[line_start : match.start()]:
-      continue  # a folder the command creates
+    if any(w in text[line_start : match.start()] for w in CREATED):
+      continue  # a folder that a command creates or fills as runs finish
     raw = match.group(0).rstrip(".,")
     relative = raw.lstrip("./")  # "../../results/x" and "results/x" name the same file
     while relative.startswith("../"):
@@ -75,6 +77,8 @@ def test_results_paths_named_in_the_documents_exist():
     ),
     ("written to runs/fedar_fmnist and copied to results/", []),
     ("mkdir -p results/fedgs_fmnist/new_protocol && cp ...", []),
+    ("each finished run is copied into `results/fedgs_table2/new/` as it lands", []),
+    ("each finished run goes to `results/fedgs_table2/new/`", ["x: results/fedgs_table2/new/"]),
   ],
 )
 def test_missing_paths_finds_exactly_the_missing_ones(text, found):
