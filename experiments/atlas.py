@@ -160,8 +160,12 @@ def prepare_config(
   _names(c.quick_availability, "quick_availability", "availability")
   if not is_integer(c.workers, strict=True) or c.workers < 1:
     raise ValueError(f"workers={c.workers!r} is out of range; allowed: integers >= 1")
+  if not isinstance(c.train, bool):
+    raise ValueError(f"train={c.train!r}; allowed: True or False")
   for name in datasets:
     d = c.data[name]
+    if d.get("availabilities", ""):
+      _names(d.availabilities, f"data.{name}.availabilities", "availability")
     t = d.target_accuracy
     if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0.0 < float(t) <= 1.0:
       raise ValueError(f"data.{name}.target_accuracy={t!r} is out of range; allowed: (0, 1]")
@@ -190,7 +194,9 @@ def cells(config: ml_collections.ConfigDict, dataset: str) -> list[Cell]:
   method under ``quick_availability``, the panel's reference under every availability)."""
   sels = _names(config.selections, "selections", "selection")
   aggs = _names(config.aggregators, "aggregators", "aggregator")
-  avails = _names(config.availabilities, "availabilities", "availability")
+  own = config.data[dataset].get("availabilities", "")
+  field = f"data.{dataset}.availabilities" if own else "availabilities"
+  avails = _names(own or config.availabilities, field, "availability")
   ref_sel, ref_agg = config.reference_selection, config.reference_aggregator
   out = []
   for panel in _list(config.panels, "panels", list(PANELS)):
@@ -296,7 +302,20 @@ def run_dataset(
   for cname, cfg in runnable.items():
     key = experiment.batch_key(common.seed_config(cfg, seeds[0], True))
     groups.setdefault(key, []).append(cname)
-  programs = sorted(groups.values(), key=len, reverse=True)
+  # largest first (one compiles while another runs); among equals, the panels' reference
+  # (uniform + FedAvg) first, so a grid stopped early still has every row's baseline
+  reference = f"{config.reference_selection}+{config.reference_aggregator}+"
+  programs = sorted(
+    groups.values(), key=lambda g: (-len(g), not any(c.startswith(reference) for c in g))
+  )
+  if not config.train:  # report only: read back what has finished, train nothing
+    for c in runnable:
+      out[c]["runs"] = [
+        _read_seed(os.path.join(folder[c], f"seed{s}"), runnable[c].rounds) for s in seeds
+      ]
+      if any(r is None for r in out[c]["runs"]):
+        out[c]["status"], out[c]["reason"] = "not finished", "not run yet (train=False)"
+    programs = []
   logging.info("atlas %s: %d cells, %d programs", name, len(unique), len(programs))
 
   def run_program(members: list[str]) -> None:
@@ -323,7 +342,7 @@ def run_dataset(
         if any(g is None for g in got):
           out[c]["status"], out[c]["reason"] = status, reason
 
-  workers = max(1, min(int(config.workers), len(programs)))
+  workers = max(1, min(int(config.workers), len(programs) or 1))
   with concurrent.futures.ThreadPoolExecutor(workers) as pool:
     for f in [pool.submit(run_program, m) for m in programs]:
       f.result()
@@ -374,8 +393,9 @@ def atlas_rows(
         if run is not None:
           row.update(seed_metrics(run[0], run[1], target))
           row["status"] = "ok"
-        elif o["status"] == "ok":
-          row["status"], row["reason"] = "failed", "no finished run"
+        elif o["status"] in ("ok", "not finished"):
+          row["status"] = "not finished"
+          row["reason"] = o["reason"] or "no finished run"
         rows.append(row)
   return rows
 
