@@ -417,9 +417,14 @@ def _check_metric(run: RunFolder, metric: str) -> None:
         if len(run.seeds) == 1 and run.batch_summary is None
         else (f"{run.name} (seed {seed})")
       )
+      hint = (
+        " (written only by runs with client_accuracy=True)"
+        if metric.startswith("client_acc_")
+        else ""
+      )
       raise ValueError(
         f"metric {metric!r} is not in every record of {where}'s metrics.jsonl; available: "
-        f"{', '.join(available)}"
+        f"{', '.join(available)}{hint}"
       )
 
 

@@ -47,6 +47,9 @@ def test_same_metrics_without_client_accuracy(tmp_path, selection, hparams):
     assert 0.0 <= a["client_acc_worst10"] <= a["client_acc_mean"] <= a["client_acc_best10"]
   for k in set(s_on) - {"seconds", "seconds_per_round", "compile_seconds"}:
     assert s_on[k] == s_off[k], k
+  with pytest.raises(ValueError, match=r"written only by runs with client_accuracy=True"):
+    results.compare([str(tmp_path / f"{selection}_False")], "client_acc_worst10")
+  assert results.compare([str(tmp_path / f"{selection}_True")], "client_acc_worst10")
 
 
 def test_batched_program_same_metrics(tmp_path):
