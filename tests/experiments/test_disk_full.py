@@ -140,3 +140,17 @@ def test_a_60_kb_tmpfs_as_output_dir(tmp_path):
     assert not _leftovers(out)
   finally:
     subprocess.run(["umount", str(mount)])
+
+
+def test_study_binaries_end_a_write_error_in_one_line(capsys):
+  """The study binaries' runs sit in ``common.user_errors``: a full disk there (a table, a
+  run of ``run_batch``) is one ``error:`` line and exit code 1, as in ``experiments.run``."""
+  from experiments import common
+
+  with pytest.raises(SystemExit) as stop:
+    with common.user_errors():
+      raise results.WriteError("/x/table2.md", "table", ENOSPC)
+  assert stop.value.code == 1
+  assert capsys.readouterr().err == (
+    "error: could not write /x/table2.md (table): No space left on device\n"
+  )
