@@ -116,11 +116,25 @@ def make_data(
   return CohortData(x, y, offsets, counts, shape, 10)
 
 
-def make_model(model_name: str, data: CohortData, conv_impl: str = "auto") -> models.Model:
+def make_model(
+  model_name: str, data: CohortData, conv_impl: str = "auto", half_precision: bool = False
+) -> models.Model:
   """The model as ``models.make`` builds it; CNNs with convolutions ``conv_impl`` (``auto``:
-  what a user gets on this backend; ``xla``, ``canonical``, ``im2col``: the same params)."""
+  what a user gets on this backend; ``xla``, ``canonical``, ``im2col``: the same params);
+  ``half_precision``: bfloat16 compute over the same float32 params."""
   extra = {"conv_impl": conv_impl} if model_name.startswith("cnn") else {}
-  return models.make(model_name, data.input_shape, data.num_classes, **extra)
+  return models.make(
+    model_name, data.input_shape, data.num_classes, half_precision=half_precision, **extra
+  )
+
+
+BF16_UNITS = ("amx_bf16", "avx512_bf16")  # x86 flags of bfloat16 matrix / dot-product units
+
+
+def host_simd() -> dict:
+  """The host's SIMD flags (as config.json records them) and whether it has bfloat16 units."""
+  simd = experiment.cpu_info()["simd"]
+  return {"simd": simd, "bf16_units": [f for f in BF16_UNITS if f in simd]}
 
 
 # ----------------------------------------------------------------------------- timing

@@ -4,6 +4,7 @@ r"""Seconds per round of local training: our engine vs per-client loops, side by
   python -m benchmarks.round_speed --json --quick               # tiny settings (smoke test)
   python -m benchmarks.round_speed --json --models=mlp --cohorts=100 --repeats=7
   python -m benchmarks.round_speed --json --cpu_devices=2 --models=logreg,mlp --cohorts=100
+  python -m benchmarks.round_speed --half_precision --models=cnn_mnist --batch_size=32
 
 For each (model, cohort size M), on the same data, initial params, batch order and
 hyper-parameters (Synthetic(0.5, 0.5) for logreg/mlp; random 28x28x1 / 32x32x3 images for
@@ -39,6 +40,7 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
 from benchmarks import _common as C
 from fedjax_sel.core import engine
@@ -257,6 +259,72 @@ def bench_config(model_name: str, num_selected: int, args) -> dict:
   return record
 
 
+def bench_half_precision(model_name: str, num_selected: int, args) -> dict:
+  """float32 against ``half_precision`` (bfloat16 compute, float32 params), interleaved in
+  one process on the same data, params and batch order: one local SGD step at batch B, the
+  engine's cohort call (``auto``), and a forward pass over ``--eval_examples`` examples.
+  CNNs add ``half_precision`` with each convolution of ``--cnn_impls`` (e.g. im2col:
+  patches @ kernel as bfloat16 matmuls). ``*_speedup`` = float32 seconds / bfloat16 seconds.
+  """
+  data = C.make_data(model_name, num_selected, seed=args.seed)
+  variants = {"float32": C.make_model(model_name, data)}
+  variants["bfloat16"] = C.make_model(model_name, data, half_precision=True)
+  if model_name.startswith("cnn"):
+    for impl in args.cnn_impls:
+      variants[f"bfloat16_{impl}"] = C.make_model(model_name, data, impl, half_precision=True)
+  params = variants["float32"].init(jax.random.PRNGKey(args.seed))
+  cohort = np.arange(num_selected, dtype=np.int32)
+  valid = np.ones(num_selected, bool)
+  key = jax.random.PRNGKey(args.seed + 1)
+  lr = jnp.float32(args.lr)
+  b, e = args.batch_size, args.local_epochs
+  train_x, train_y = jnp.asarray(data.x), jnp.asarray(data.y)
+  xb, yb = train_x[:b], train_y[:b]
+  xe = jnp.asarray(np.resize(data.x, (args.eval_examples, *data.x.shape[1:])))
+  call_args = (params, jnp.asarray(cohort), jnp.asarray(valid), key, lr, jnp.asarray(cohort))
+  fns: dict = {}
+  deltas: dict = {}
+  for name, model in variants.items():
+
+    def step(p, x, y, apply=model.apply):
+      loss = lambda p: optax.softmax_cross_entropy_with_integer_labels(apply(p, x), y).mean()
+      return jax.tree.map(lambda w, g: w - lr * g, p, jax.grad(loss)(p))
+
+    step_fn = jax.jit(step)
+    fns[f"step/{name}"] = lambda f=step_fn: f(params, xb, yb)
+    trainer = C.build_trainer(model, data, num_selected, "auto", 0, b, e, train_x, train_y)
+    compiled, _ = C.compile_timed(trainer, *call_args)
+    deltas[name] = C.block(compiled(*call_args)).deltas
+    fns[f"cohort/{name}"] = lambda c=compiled: c(*call_args)
+    fwd = jax.jit(model.apply)
+    fns[f"eval/{name}"] = lambda f=fwd: f(params, xe)
+  timings = C.interleaved_medians(fns, args.repeats, warmup=1)
+  record: dict = {
+    "kind": "half_precision",
+    "model": model_name,
+    "clients_per_round": num_selected,
+    "batch_size": b,
+    "local_epochs": e,
+    "eval_examples": args.eval_examples,
+    "conv_impl": getattr(variants["float32"], "conv_impl", None),
+    "seconds": {k: v["median_s"] for k, v in timings.items()},
+    "samples_s": {k: v["samples_s"] for k, v in timings.items()},
+  }
+  for part in ("step", "cohort", "eval"):
+    full = timings[f"{part}/float32"]["median_s"]
+    for name in variants:
+      if name != "float32":
+        suffix = "" if name == "bfloat16" else name[len("bfloat16") :]
+        record[f"{part}{suffix}_speedup"] = full / timings[f"{part}/{name}"]["median_s"]
+  # how far bfloat16 compute moves one round's client deltas, relative to their size
+  scale = max(float(jnp.max(jnp.abs(x))) for x in jax.tree.leaves(deltas["float32"]))
+  full = deltas.pop("float32")
+  record["delta_rel_diff"] = {k: C.tree_max_abs_diff(v, full) / scale for k, v in deltas.items()}
+  record["host"] = C.host_simd()
+  record["machine"] = C.machine_info()
+  return record
+
+
 def bench_round_level(model_name: str, args) -> dict:
   """Seconds per round of ``Simulation.run_rounds`` vs the engine's cohort call alone."""
   from fedjax_sel import experiment
@@ -372,6 +440,16 @@ def parse_args(argv=None):
     help="torch intra-op thread counts to try, comma-separated; the fastest is compared "
     "('': 1 for dense models, 1 and nproc for CNNs)",
   )
+  p.add_argument(
+    "--half_precision",
+    action="store_true",
+    help="time float32 against half_precision (bfloat16 compute over float32 params) side by "
+    "side instead of the engine's modes: a local step, the cohort call and a forward pass; "
+    "prints the ratios and the host's SIMD flags",
+  )
+  p.add_argument(
+    "--eval_examples", type=int, default=1024, help="examples of --half_precision's forward pass"
+  )
   p.add_argument("--round_level", action="store_true", help="also time Simulation.run_rounds")
   p.add_argument("--round_clients", type=int, default=1000)
   p.add_argument("--round_selected", type=int, default=100)
@@ -399,8 +477,11 @@ def parse_args(argv=None):
     raise SystemExit(f"--torch_threads={args.torch_threads}; allowed: integers >= 1")
   if not args.cnn_modes or "auto" not in args.cnn_modes:
     args.cnn_modes.append("auto")
+  if args.eval_examples < 1:
+    raise SystemExit(f"--eval_examples={args.eval_examples}; allowed: an integer >= 1")
   if args.quick:
     args.cohorts, args.cnn_cohorts, args.chunk_sizes = [4], [2], []
+    args.eval_examples = min(args.eval_examples, 64)
     args.repeats, args.round_clients, args.round_selected, args.round_rounds = 1, 8, 4, 2
   for m in args.models:
     if m not in MODELS:
@@ -415,6 +496,13 @@ def _emit(record: dict, as_json: bool) -> None:
     keys = (
       "model",
       "clients_per_round",
+      "step_speedup",
+      "cohort_speedup",
+      "eval_speedup",
+      "step_im2col_speedup",
+      "cohort_im2col_speedup",
+      "eval_im2col_speedup",
+      "host",
       "ours_s",
       "per_client_loop_s",
       "per_step_loop_s",
@@ -435,6 +523,9 @@ def main(argv=None) -> int:
   for model_name in args.models:
     cohorts = args.cnn_cohorts if model_name.startswith("cnn") else args.cohorts
     for m in cohorts:
+      if args.half_precision:
+        _emit(bench_half_precision(model_name, m, args), args.json)
+        continue
       _emit(bench_config(model_name, m, args), args.json)
     if args.round_level and model_name in ("logreg", "mlp"):
       _emit(bench_round_level(model_name, args), args.json)

@@ -131,6 +131,7 @@ SIMD_FLAGS = (
   "avx512_bf16",
   "avx512_fp16",
   "amx_tile",
+  "amx_bf16",
   "asimd",
   "sve",
 )
