@@ -571,8 +571,7 @@ def plot_heatmap(
   lim = float(np.nanmax(np.abs(grid))) if np.isfinite(grid).any() else 1.0
   lim = max(lim, 0.5)
   fig, ax = plt.subplots(figsize=(1.0 + 0.9 * len(methods), 1.2 + 0.45 * len(avails)))
-  cmap = matplotlib.colormaps["RdBu"].copy()
-  cmap.set_bad("#e0e0e0")
+  cmap = matplotlib.colormaps["RdBu"].with_extremes(bad="#e0e0e0")
   im = ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, vmin=-lim, vmax=lim, aspect="auto")
   for i in range(len(avails)):
     for j in range(len(methods)):
@@ -585,7 +584,7 @@ def plot_heatmap(
         continue
       if v < 0:
         ax.add_patch(
-          plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="///", ec="#00000040", lw=0)
+          plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="///", ec="#606060", lw=0)
         )
       dark = abs(v) > 0.6 * lim
       ax.text(
