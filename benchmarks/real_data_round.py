@@ -3,6 +3,7 @@ r"""Seconds per round of the paper cells on the real Fashion-MNIST (the budget o
   python -m benchmarks.real_data_round --json                       # both cells
   python -m benchmarks.real_data_round --json --cells=fedgs_fmnist --rounds=5
   python -m benchmarks.real_data_round --json --cells=fedemd_fmnist --cpu_devices=2   # both cores
+  python -m benchmarks.real_data_round --half_precision --cells=fedgs_fmnist --rounds=5
 
 Cells, each built exactly as its study builds it:
 
@@ -47,15 +48,23 @@ from fedjax_sel.core import simulation as sim_lib
 CELLS = ("fedgs_fmnist", "fedemd_fmnist")
 
 
-def build(cell: str, data_dir: str, client_accuracy: bool | None = None, data=None):
+def build(
+  cell: str,
+  data_dir: str,
+  client_accuracy: bool | None = None,
+  data=None,
+  half_precision: bool = False,
+):
   """(Simulation, FederatedData, config) of one cell (``client_accuracy``: None keeps the
-  study's setting; ``data``: a dataset built before, reused)."""
+  study's setting; ``data``: a dataset built before, reused; ``half_precision``: the
+  config field, bfloat16 compute over float32 params)."""
   if cell == "fedgs_fmnist":
     c = fedgs_config.fashion_mnist_base()
     c.availability, c.selection = "idl", "uniform"
     c.data_dir = data_dir
     if client_accuracy is not None:
       c.client_accuracy = client_accuracy
+    c.half_precision = half_precision
     sim, data = experiment.build(c, data)
     return sim, data, c
   study = fedemd.prepare_config(
@@ -66,20 +75,21 @@ def build(cell: str, data_dir: str, client_accuracy: bool | None = None, data=No
   c = fedemd.cell_config(study, "random")
   if client_accuracy is not None:
     c.client_accuracy = client_accuracy
+  c.half_precision = half_precision
   sim, _ = experiment.build(c, data)
   return sim, data, c
 
 
-def compare_client_accuracy(cell: str, rounds: int, data_dir: str) -> dict:
-  """Seconds of a round + its evaluation (as ``experiment.run`` with ``eval_every=1``) with
-  and without the per-client pass over the local test splits, interleaved, same data."""
-  sim_on, data, c = build(cell, data_dir, client_accuracy=True)
-  sim_off, _, _ = build(cell, data_dir, client_accuracy=False, data=data)
-  states = {"client_accuracy": [sim_on.init(0)], "global_only": [sim_off.init(0)]}
-  sims = {"client_accuracy": sim_on, "global_only": sim_off}
-  losses = {k: [] for k in sims}
+def interleaved_rounds(sims: dict, rounds: int, parts: bool = False) -> tuple[dict, dict]:
+  """Each simulation's rounds as ``experiment.run`` runs them with ``eval_every=1`` (a
+  round, its evaluation, metrics to the host), one simulation after another in turn
+  (``interleaved_medians``: load hits all alike). With ``parts``, a training round alone
+  and an evaluation alone are timed the same way too (``<name>/train``, ``<name>/eval``).
+  Returns (timings, {name: test losses of the evaluated rounds})."""
+  states = {k: [s.init(0)] for k, s in sims.items()}
+  losses: dict = {k: [] for k in sims}
 
-  def one(name):
+  def round_and_eval(name):
     def step():
       state, m = sims[name].run_rounds(states[name][0], 1)
       states[name][0] = state
@@ -90,7 +100,57 @@ def compare_client_accuracy(cell: str, rounds: int, data_dir: str) -> dict:
 
     return step
 
-  t = C.interleaved_medians({k: one(k) for k in sims}, rounds, warmup=1)
+  def train(name):
+    def step():  # run_rounds donates the state: keep the new one
+      states[name][0] = sims[name].run_rounds(states[name][0], 1)[0]
+      return states[name][0].params
+
+    return step
+
+  fns = {k: round_and_eval(k) for k in sims}
+  if parts:
+    for k, s in sims.items():
+      fns[f"{k}/train"] = train(k)
+      fns[f"{k}/eval"] = lambda s=s, k=k: s.evaluate(states[k][0])
+  return C.interleaved_medians(fns, rounds, warmup=1), losses
+
+
+def compare_half_precision(cell: str, rounds: int, data_dir: str) -> dict:
+  """The cell in float32 and under ``half_precision``, same data and seed, interleaved: a
+  round + its evaluation, a training round alone, an evaluation alone; the ratios
+  (float32 seconds / bfloat16 seconds) and the host's SIMD flags."""
+  full, data, c = build(cell, data_dir)
+  half, _, _ = build(cell, data_dir, data=data, half_precision=True)
+  t, losses = interleaved_rounds({"float32": full, "bfloat16": half}, rounds, parts=True)
+  med = {k: v["median_s"] for k, v in t.items()}
+  return {
+    "cell": cell,
+    "dataset": c.dataset,
+    "model": c.model,
+    "clients_per_round": int(c.clients_per_round),
+    "batch_size": int(c.batch_size),
+    "rounds_timed": rounds,
+    "seconds": {k: round(v, 4) for k, v in med.items()},
+    "round_with_eval_speedup": round(med["float32"] / med["bfloat16"], 3),
+    "train_speedup": round(med["float32/train"] / med["bfloat16/train"], 3),
+    "eval_speedup": round(med["float32/eval"] / med["bfloat16/eval"], 3),
+    "test_loss_float32": losses["float32"][-1],
+    "test_loss_bfloat16": losses["bfloat16"][-1],
+    "samples_s": {k: v["samples_s"] for k, v in t.items()},
+    "parallelism": full.trainer.kind,
+    "devices": jax.device_count(),
+    "host": C.host_simd(),
+    "machine": C.machine_info(),
+  }
+
+
+def compare_client_accuracy(cell: str, rounds: int, data_dir: str) -> dict:
+  """Seconds of a round + its evaluation (as ``experiment.run`` with ``eval_every=1``) with
+  and without the per-client pass over the local test splits, interleaved, same data."""
+  sim_on, data, c = build(cell, data_dir, client_accuracy=True)
+  sim_off, _, _ = build(cell, data_dir, client_accuracy=False, data=data)
+  sims = {"client_accuracy": sim_on, "global_only": sim_off}
+  t, losses = interleaved_rounds(sims, rounds)
   before, after = t["client_accuracy"]["median_s"], t["global_only"]["median_s"]
   return {
     "cell": cell,
@@ -178,6 +238,12 @@ def main(argv: list[str] | None = None) -> int:
     help="study (the cell's own setting), compare (with and without the per-client pass "
     "over the local test splits, side by side)",
   )
+  p.add_argument(
+    "--half_precision",
+    action="store_true",
+    help="each cell in float32 and under half_precision (bfloat16 compute over float32 "
+    "params), side by side: the ratios and the host's SIMD flags",
+  )
   a = p.parse_args(argv)
   cells = [s for s in a.cells.split(",") if s]
   bad = sorted(set(cells) - set(CELLS))
@@ -190,6 +256,19 @@ def main(argv: list[str] | None = None) -> int:
   if a.cpu_devices:
     C.set_cpu_devices(a.cpu_devices)
   for cell in cells:
+    if a.half_precision:
+      record = compare_half_precision(cell, a.rounds, a.data_dir)
+      print(
+        json.dumps(record)
+        if a.json
+        else (
+          f"{cell}: bfloat16 / float32 speed-up: round + evaluation "
+          f"x{record['round_with_eval_speedup']}, training x{record['train_speedup']}, "
+          f"evaluation x{record['eval_speedup']}; host {record['host']}"
+        ),
+        flush=True,
+      )
+      continue
     if a.client_accuracy == "compare":
       record = compare_client_accuracy(cell, a.rounds, a.data_dir)
       print(
