@@ -258,41 +258,27 @@ def main(argv: list[str] | None = None) -> int:
   for cell in cells:
     if a.half_precision:
       record = compare_half_precision(cell, a.rounds, a.data_dir)
-      print(
-        json.dumps(record)
-        if a.json
-        else (
-          f"{cell}: bfloat16 / float32 speed-up: round + evaluation "
-          f"x{record['round_with_eval_speedup']}, training x{record['train_speedup']}, "
-          f"evaluation x{record['eval_speedup']}; host {record['host']}"
-        ),
-        flush=True,
+      line = (
+        f"{cell}: bfloat16 / float32 speed-up: round + evaluation "
+        f"x{record['round_with_eval_speedup']}, training x{record['train_speedup']}, "
+        f"evaluation x{record['eval_speedup']}; host {record['host']}"
       )
-      continue
-    if a.client_accuracy == "compare":
+    elif a.client_accuracy == "compare":
       record = compare_client_accuracy(cell, a.rounds, a.data_dir)
-      print(
-        json.dumps(record)
-        if a.json
-        else (
-          f"{cell}: round + evaluation {record['round_with_eval_s_client_accuracy']} s with "
-          f"client accuracy, {record['round_with_eval_s_global_only']} s without "
-          f"(x{record['ratio']}); same test losses: {record['same_test_losses']}"
-        ),
-        flush=True,
+      line = (
+        f"{cell}: round + evaluation {record['round_with_eval_s_client_accuracy']} s with "
+        f"client accuracy, {record['round_with_eval_s_global_only']} s without "
+        f"(x{record['ratio']}); same test losses: {record['same_test_losses']}"
       )
-      continue
-    record = measure(cell, a.rounds, a.data_dir)
-    if a.json:
-      print(json.dumps(record), flush=True)
     else:
-      print(
+      record = measure(cell, a.rounds, a.data_dir)
+      line = (
         f"{cell}: {record['train_s_per_round']} s/round training "
         f"({record['local_steps_per_round']} steps), evaluate {record['evaluate_s']} s, "
         f"round + evaluation {record['round_with_eval_s']} s, "
-        f"first round with compile {record['first_round_with_compile_s']} s",
-        flush=True,
+        f"first round with compile {record['first_round_with_compile_s']} s"
       )
+    print(json.dumps(record) if a.json else line, flush=True)
   return 0
 
 

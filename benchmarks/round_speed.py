@@ -95,18 +95,24 @@ def _variants(model_name: str, data, num_selected: int, args) -> list[tuple[str,
   return out
 
 
+def _inputs(model, data, num_selected: int, args):
+  """(params, cohort, valid, key, lr, train_x, train_y) of one benchmark configuration: the
+  model's initial params, the whole cohort 0..M-1 valid, the seed's key and ``--lr``."""
+  params = model.init(jax.random.PRNGKey(args.seed))
+  cohort = np.arange(num_selected, dtype=np.int32)
+  valid = np.ones(num_selected, bool)
+  key = jax.random.PRNGKey(args.seed + 1)
+  train_x, train_y = jnp.asarray(data.x), jnp.asarray(data.y)
+  return params, cohort, valid, key, jnp.float32(args.lr), train_x, train_y
+
+
 def bench_config(model_name: str, num_selected: int, args) -> dict:
   """One (model, cohort) configuration: equivalence check, then interleaved timings."""
   data = C.make_data(model_name, num_selected, seed=args.seed)
   variants = _variants(model_name, data, num_selected, args)
   model = variants[0][1]
-  params = model.init(jax.random.PRNGKey(args.seed))
-  cohort = np.arange(num_selected, dtype=np.int32)
-  valid = np.ones(num_selected, bool)
-  key = jax.random.PRNGKey(args.seed + 1)
-  lr = jnp.float32(args.lr)
+  params, cohort, valid, key, lr, train_x, train_y = _inputs(model, data, num_selected, args)
   b, e = args.batch_size, args.local_epochs
-  train_x, train_y = jnp.asarray(data.x), jnp.asarray(data.y)
   batches = C.engine_batches(data, cohort, key, b, e)
   steps = batches[2]
   useful_steps = float(steps.sum())
@@ -272,13 +278,10 @@ def bench_half_precision(model_name: str, num_selected: int, args) -> dict:
   if model_name.startswith("cnn"):
     for impl in args.cnn_impls:
       variants[f"bfloat16_{impl}"] = C.make_model(model_name, data, impl, half_precision=True)
-  params = variants["float32"].init(jax.random.PRNGKey(args.seed))
-  cohort = np.arange(num_selected, dtype=np.int32)
-  valid = np.ones(num_selected, bool)
-  key = jax.random.PRNGKey(args.seed + 1)
-  lr = jnp.float32(args.lr)
+  params, cohort, valid, key, lr, train_x, train_y = _inputs(
+    variants["float32"], data, num_selected, args
+  )
   b, e = args.batch_size, args.local_epochs
-  train_x, train_y = jnp.asarray(data.x), jnp.asarray(data.y)
   xb, yb = train_x[:b], train_y[:b]
   xe = jnp.asarray(np.resize(data.x, (args.eval_examples, *data.x.shape[1:])))
   call_args = (params, jnp.asarray(cohort), jnp.asarray(valid), key, lr, jnp.asarray(cohort))

@@ -136,3 +136,18 @@ def test_eval_speed_quick_json(capsys):
   assert record["gflop"] > 0 and record["matmul_gflops"] > 0
   with pytest.raises(SystemExit):
     eval_speed.parse_args(["--impls=fft"])
+
+
+def test_round_speed_half_precision_prints_ratios_and_host_flags(capsys):
+  from fedjax_sel import experiment
+
+  assert round_speed.main(["--json", "--quick", "--half_precision", "--models=logreg"]) == 0
+  (record,) = _lines(capsys)
+  assert record["kind"] == "half_precision"
+  for part in ("step", "cohort", "eval"):
+    assert record[f"{part}_speedup"] > 0
+    assert {f"{part}/float32", f"{part}/bfloat16"} <= set(record["seconds"])
+  assert record["host"]["simd"] == experiment.cpu_info()["simd"]
+  assert set(record["host"]["bf16_units"]) <= {"amx_bf16", "avx512_bf16"}
+  # one round's deltas in bfloat16 compute stay within a few percent of float32's
+  assert 0 < record["delta_rel_diff"]["bfloat16"] < 0.05
