@@ -80,6 +80,13 @@ def is_integer(value: Any, *, strict: bool = False) -> bool:
     return False
 
 
+def check_choice(name: str, value: Any, allowed: tuple[str, ...]) -> str:
+  """``value`` if it is one of the strings ``allowed``, else a ValueError naming both."""
+  if not isinstance(value, str) or value not in allowed:
+    raise ValueError(f"{name}={value!r}; allowed: {', '.join(allowed)}")
+  return value
+
+
 def check_count(name: str, value: Any, *, strict: bool = False) -> int:
   """``value`` as an int >= 1 (a count: rounds, blocks, clusters, a period); a ValueError
   naming ``name`` otherwise. ``strict`` as in ``is_integer``."""

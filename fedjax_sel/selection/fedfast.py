@@ -37,7 +37,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from fedjax_sel.core.registry import check_count
+from fedjax_sel.core.registry import check_choice, check_count
 from fedjax_sel.core.types import (
   Array,
   ClientInfo,
@@ -180,11 +180,6 @@ def cluster_sampling(
   return common.fill_empty_slots(k_fill, cohort, valid, avail)
 
 
-def _check_choice(name: str, value, allowed: tuple[str, ...]) -> None:
-  if not isinstance(value, str) or value not in allowed:
-    raise ValueError(f"{name}={value!r}; allowed: {', '.join(allowed)}")
-
-
 @register("fedfast")
 def make_fedfast(
   num_selected: int,
@@ -218,8 +213,8 @@ def make_fedfast(
     )
   num_clusters = int(num_clusters)
   kmeans_iters = check_count("kmeans_iters", kmeans_iters)
-  _check_choice("features", features, FEATURES)
-  _check_choice("allocation", allocation, ALLOCATIONS)
+  check_choice("features", features, FEATURES)
+  check_choice("allocation", allocation, ALLOCATIONS)
 
   def init(key: PRNGKey, info: ClientInfo) -> FedFastState:
     del key

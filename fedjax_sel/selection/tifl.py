@@ -48,7 +48,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from fedjax_sel.core.registry import check_count
+from fedjax_sel.core.registry import check_choice, check_count
 from fedjax_sel.core.types import (
   Array,
   ClientInfo,
@@ -131,11 +131,6 @@ def tier_mean(values: Array, tier: Array, mask: Array, num_tiers: int) -> tuple[
   return total / jnp.maximum(count, 1.0), count > 0
 
 
-def _check_choice(name: str, value, allowed: tuple[str, ...]) -> None:
-  if not isinstance(value, str) or value not in allowed:
-    raise ValueError(f"{name}={value!r}; allowed: {', '.join(allowed)}")
-
-
 @register("tifl")
 def make_tifl(
   num_selected: int,
@@ -167,8 +162,8 @@ def make_tifl(
   num_tiers = check_count("num_tiers", num_tiers)
   credits = check_count("credits", credits)
   interval = check_count("interval", interval)
-  _check_choice("tier_by", tier_by, TIER_BY)
-  _check_choice("accuracy_from", accuracy_from, ACCURACY_FROM)
+  check_choice("tier_by", tier_by, TIER_BY)
+  check_choice("accuracy_from", accuracy_from, ACCURACY_FROM)
 
   def init(key: PRNGKey, info: ClientInfo) -> TiFLState:
     n = info.num_examples.shape[0]
