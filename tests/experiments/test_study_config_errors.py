@@ -67,6 +67,8 @@ CASES = [
   ("fedgs_init_check", ["--init=xavier"], "invalid choice: 'xavier'"),
   ("fedgs_init_check", ["--data_dir={tmp}/none"], "data_dir='{tmp}/none' is not a folder"),
   ("fedgs_init_check", ["--rounds=7"], "--rounds=7; allowed: multiples of 5"),
+  ("atlas", ["--output_dir={tmp}", "--config.datasets=imagenet"], "unknown 'imagenet'"),
+  ("atlas", ["--output_dir={tmp}", "--seeds=0,x"], "--seeds='0,x' must be comma-separated"),
   ("compare", ["{tmp}", "--format=html"], "--format='html'; allowed: md, csv"),
   ("compare", ["{tmp}", "--no_such_flag"], "Unknown command line flag 'no_such_flag'"),
 ]
