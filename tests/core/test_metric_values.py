@@ -232,6 +232,8 @@ def test_metrics_jsonl_and_summary_values(tmp_path, global_train_loss):
     "parallelism": "chunked",
     # the first block's time less its 2 rounds at the later blocks' per-round rate
     "compile_seconds": max(0.0, s0 - 2 * (s1 - s0) / 1),
+    "half_precision": False,  # the config's default: float32 throughout
+    "compute_dtype": "float32",
   }
   assert set(summary) == set(want_summary)
   for k, v in want_summary.items():
