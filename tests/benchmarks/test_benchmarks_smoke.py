@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from benchmarks import _common as C
-from benchmarks import eval_speed, pfl_setup, round_speed, scaling
+from benchmarks import bf16_ops, eval_speed, pfl_setup, round_speed, scaling
 from fedjax_sel.models.im2col import im2col_conv
 
 ENGINE_KEYS = {
@@ -151,3 +151,23 @@ def test_round_speed_half_precision_prints_ratios_and_host_flags(capsys):
   assert set(record["host"]["bf16_units"]) <= {"amx_bf16", "avx512_bf16"}
   # one round's deltas in bfloat16 compute stay within a few percent of float32's
   assert 0 < record["delta_rel_diff"]["bfloat16"] < 0.05
+
+
+def test_bf16_ops_prints_every_family_with_ratios_and_host_flags(capsys):
+  assert bf16_ops.main(["--json", "--quick", "--repeats=1"]) == 0
+  (record,) = _lines(capsys)
+  assert record["kind"] == "bf16_ops"
+  assert set(record["host"]["bf16_units"]) <= {"amx_bf16", "avx512_bf16"}
+  rows = {(r["family"], r["shape"].split()[0]): r for r in record["ops"]}
+  assert {f for f, _ in rows} == {"matmul", "batched_matmul", "elementwise", "patches", "conv"}
+  for r in record["ops"]:
+    assert r["speedup"] == pytest.approx(r["float32_s"] / r["bfloat16_s"])
+  # the uint16 bitcast moves the same bytes: its patches equal the float32 ones rounded to
+  # bfloat16 (inputs are float32 normals; bfloat16 keeps 8 bits: relative error <= 2^-8)
+  assert rows[("patches", "uint16")]["max_abs_diff"] <= 6 * 2.0**-8
+  # a bfloat16 x bfloat16 matmul with float32 accumulation, K = 784 standard normal terms:
+  # each product's rounding is <= 2^-7 relative, so the sum's error is a few units, not 0
+  mm = [r for r in record["ops"] if r["family"] == "matmul"]
+  assert all(0 < r["max_abs_diff"] < 2.0 for r in mm)
+  with pytest.raises(SystemExit):
+    bf16_ops.parse_args(["--repeats=0"])
