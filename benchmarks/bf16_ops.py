@@ -172,7 +172,11 @@ def measure(quick: bool, repeats: int) -> list[dict]:
       for a, b_ in zip(jax.tree.leaves(ref), jax.tree.leaves(got))
     )
     t = C.interleaved_medians(
-      {"float32": lambda: f(*f32_args), "bfloat16": lambda: g(*bf16_args)}, repeats
+      {
+        "float32": lambda f=f, a=f32_args: f(*a),
+        "bfloat16": lambda g=g, a=bf16_args: g(*a),
+      },
+      repeats,
     )
     f32_s, bf16_s = t["float32"]["median_s"], t["bfloat16"]["median_s"]
     rows.append(
@@ -222,7 +226,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'family':<15} {'shape':<28} {'float32 ms':>11} {'bfloat16 ms':>12} {'speed-up':>9}")
     for r in rows:
       print(
-        f"{r['family']:<15} {r['shape']:<28} {1e3 * r['float32_s']:>11.3f} {1e3 * r['bfloat16_s']:>12.3f} {r['speedup']:>8.2f}x"
+        f"{r['family']:<15} {r['shape']:<28} {1e3 * r['float32_s']:>11.3f}"
+        f" {1e3 * r['bfloat16_s']:>12.3f} {r['speedup']:>8.2f}x"
       )
   return 0
 
