@@ -36,6 +36,27 @@ def first(text: str) -> float:
   return float("nan") if head.startswith(">") else float(head)
 
 
+def md_rows(path: str) -> list[dict]:
+  """Rows of every markdown table in a committed .md file, each keyed by its table's header."""
+  rows, header = [], None
+  with open(f"{RESULTS}/{path}") as f:
+    for line in f:
+      if not line.startswith("|"):
+        header = None
+        continue
+      cells = [c.strip() for c in line.strip().strip("|").split("|")]
+      if header is None:
+        header = cells
+      elif not set("".join(cells)) <= set("-: "):
+        rows.append(dict(zip(header, cells)))
+  return rows
+
+
+def spread(values) -> str:
+  """ "lo-hi" of some numbers, as the pages write a range."""
+  return f"{min(values)}-{max(values)}"
+
+
 def cell(folder: str) -> tuple[dict, list[dict]]:
   """(summary, per-evaluation history) of one committed cell/seed folder."""
   with open(f"{RESULTS}/{folder}/summary.json") as f:
@@ -90,9 +111,10 @@ def fedgs() -> None:
 
   rows = table("fedgs_fmnist/rounds500/table2_vs_paper.csv")
   gaps = [abs(float(r["ours - paper"])) for r in rows]
+  diffs = [float(r["ours - paper"]) for r in rows]
   print(
     f"Fashion-MNIST, 500 rounds: {sum(g <= 0.02 for g in gaps)} of {len(gaps)} cells "
-    "within 0.02 of the paper"
+    f"within 0.02 of the paper; ours - paper from {min(diffs):+.3f} to {max(diffs):+.3f}"
   )
   for key in ("ours", "paper"):
     v = {(r["mode"], r["method"]): float(r[key]) for r in rows}
@@ -107,9 +129,11 @@ def fedgs() -> None:
     "Fashion-MNIST cells, seed 0: optimum (round), accuracy at 500 (best), fluctuation "
     "= mean |change of test loss| between evaluations in rounds 251-500, sampling counts"
   )
+  per_round = []
   for mode in ("idl", "ymf", "yc"):
     for method in ("uniform", "md", "fedgs_a0", "fedgs_a1"):
       s, h = cell(f"fedgs_fmnist/cells/fashion_mnist-{mode}-{method}/seed0")
+      per_round.append(s["seconds_per_round"] / s.get("experiments_in_program", 1))
       opt = min(h, key=lambda r: r["test_loss"])
       acc = {r["round"]: 100 * r["test_accuracy"] for r in h}
       late = [r["test_loss"] for r in h if r["round"] > 250]
@@ -120,6 +144,54 @@ def fedgs() -> None:
         f"{acc[max(acc)]:.2f} ({max(acc.values()):.2f}), "
         f"{np.mean(np.abs(np.diff(late))):.3f}, {counts.min()}-{counts.max()} "
         f"(std {counts.std():.1f}), available per round {available:.1f}"
+      )
+  print(
+    f"Fashion-MNIST cells, seed 0: {min(per_round):.2f}-{max(per_round):.2f} s per run and "
+    "round (seconds_per_round / experiments_in_program)"
+  )
+  fedgs_synthetic_rows()
+  fedgs_table3_table4()
+
+
+def fedgs_synthetic_rows() -> None:
+  """Table 2, Synthetic: the FedGS rows' spread over α and the paper's FedProx vs MDSample."""
+  rows = table("fedgs_table2/table2_vs_paper.csv")
+  v = {(r["mode"], r["method"], k): float(r[k]) for r in rows for k in ("ours", "paper")}
+  modes = list(dict.fromkeys(r["mode"] for r in rows))
+  fedgs = [m for m in dict.fromkeys(r["method"] for r in rows) if m.startswith("FedGS")]
+  for key in ("ours", "paper"):
+    idl = [v["IDL", m, key] for m in fedgs]
+    print(f"Synthetic, {key}: FedGS under IDL {min(idl):.3f}-{max(idl):.3f} over the five α")
+  moved = [
+    max(v[mo, m, "ours"] for m in fedgs) - min(v[mo, m, "ours"] for m in fedgs) for mo in modes
+  ]
+  print(f"Synthetic, ours: α moves every FedGS row by at most {max(moved):.3f} (table2.csv)")
+  print(
+    "Synthetic, paper: FedProx μ=0.01 - MDSample: "
+    + ", ".join(
+      f"{mo} {v[mo, 'FedProx μ=0.01', 'paper'] - v[mo, 'MDSample', 'paper']:+.3f}" for mo in modes
+    )
+  )
+
+
+def fedgs_table3_table4() -> None:
+  syn = next(r for r in table("fedgs_table2/table3.csv") if r["Dataset"].startswith("Synthetic"))
+  print(
+    f"Table 3, Synthetic: {100 * first(syn['Precision']):.1f} % of all client pairs are oracle "
+    f"edges (the precision of a complete graph), F1 {first(syn['F1-Score']):.3f}"
+  )
+  rows = table("fedgs_table2/table4.csv")
+  for j, key in ((1, "FedGS_functional"), (2, "FedGS_cosine")):
+    ours = {r["Mode"]: first(r[key]) - first(r["FedGS (oracle 3DG)"]) for r in rows}
+    paper = {}
+    for r in rows:
+      oracle_func_cos = [float(x) for x in r["paper (oracle / func / cos)"].split("/")]
+      paper[r["Mode"]] = oracle_func_cos[j] - oracle_func_cos[0]
+    for who, diffs in (("ours", ours), ("paper", paper)):
+      print(
+        f"Table 4, {who}, {key} - oracle 3DG: "
+        + ", ".join(f"{m} {d:+.3f}" for m, d in diffs.items())
+        + f"; largest |difference| {max(abs(d) for d in diffs.values()):.3f}"
       )
 
 
@@ -150,6 +222,68 @@ def fl_fdms() -> None:
       f"mean acc {speed['Full'] - speed['FL-FDMS']:+.2f}"
     )
   fl_fdms_more()
+  fl_fdms_markov()
+
+
+def seed_means(path: str, column: str) -> dict[str, float]:
+  """{method: seed mean} of one column of a committed study table."""
+  return {r["method"]: first(r[column]) for r in table(path)}
+
+
+def fl_fdms_markov() -> None:
+  """The Markov process against the redrawn one, and its two diagnostic runs (α = 0.7)."""
+  final, mean = "α={}: final test acc (%)", "α={}: mean test acc over rounds (%)"
+  markov = "fl_fdms_fmnist_mlp_markov"
+  for a in ("0.3", "0.5", "0.7"):
+    full = {
+      "final": seed_means("fl_fdms_fmnist_mlp/accuracy.csv", final.format(a))["Full"],
+      "mean": seed_means("fl_fdms_fmnist_mlp/convergence.csv", mean.format(a))["Full"],
+    }
+    fdms = seed_means(f"{markov}/accuracy.csv", final.format(a))["FL-FDMS"]
+    fdms_mean = seed_means(f"{markov}/convergence.csv", mean.format(a))["FL-FDMS"]
+    stale = (
+      seed_means("fl_fdms_fmnist_mlp/convergence.csv", mean.format(a))["Stale"],
+      seed_means(f"{markov}/convergence.csv", mean.format(a))["Stale"],
+    )
+    print(
+      f"Markov, α={a}: Full (the redrawn study's run) - FL-FDMS: final "
+      f"{full['final'] - fdms:+.2f}, mean acc {full['mean'] - fdms_mean:+.2f}; Stale's mean acc "
+      f"redrawn → Markov {stale[0]:.2f} → {stale[1]:.2f} (loses {stale[0] - stale[1]:.2f})"
+    )
+  kept = f"{markov}/assumption5_alpha0.7/convergence.csv"
+  moved = {}
+  for m in ("Stale", "FL-FDMS"):
+    before = seed_means(f"{markov}/convergence.csv", mean.format("0.7"))[m]
+    moved[m] = (before, seed_means(kept, mean.format("0.7"))[m])
+    print(
+      f"Markov, α=0.7, one client per cluster kept, {m}: mean acc {moved[m][0]:.2f} → "
+      f"{moved[m][1]:.2f} ({moved[m][1] - moved[m][0]:+.2f})"
+    )
+  column = "α=0.7: mean acc over rounds (pp)"
+  gap = [
+    float(
+      next(r for r in table(f"{folder}/differences.csv") if r["comparison"] == "FL-FDMS − Stale")[
+        column
+      ]
+    )
+    for folder in (markov, f"{markov}/assumption5_alpha0.7")
+  ]
+  print(
+    f"Markov, α=0.7: FL-FDMS - Stale mean acc {gap[0]:+.2f} → {gap[1]:+.2f} with one client per "
+    f"cluster kept (differences.csv): {100 * (1 - gap[1] / gap[0]):.0f} % of the gap is friend "
+    "presence"
+  )
+  floor = f"{markov}/min_similarity_alpha0.7"
+  for name, path, column in (
+    ("final", "accuracy.csv", final),
+    ("mean acc", "convergence.csv", mean),
+  ):
+    v = seed_means(f"{floor}/{path}", column.format("0.7"))
+    floored = next(k for k in v if "floor" in k)
+    print(
+      f"Markov, α=0.7: the similarity floor moves FL-FDMS's {name} by "
+      f"{v[floored] - v['FL-FDMS']:+.2f}"
+    )
 
 
 def fl_fdms_more() -> None:
@@ -299,7 +433,8 @@ def fedemd_text_table1(folder: str, unit: str) -> None:
     ahead = np.flatnonzero(acc["fedemd"] > acc["random"]) + 1
     print(
       f"  FedEMD ahead of Random in {ahead.size} of 200 evaluations, the last at round "
-      f"{ahead.max() if ahead.size else None}"
+      f"{ahead.max() if ahead.size else None}; the target minus FedEMD's best "
+      f"{target - acc['fedemd'].max():.2f} points"
     )
   for m in ("random", "fedemd"):
     r = [x for x in reached[m] if x is not None]
@@ -308,6 +443,10 @@ def fedemd_text_table1(folder: str, unit: str) -> None:
       f"Table 1, {unit}, seeds 0-2, {m}: R@99 {text} ({len(r)} of 3 seeds reach it), "
       f"final {mean_std(final[m])} %"
     )
+  print(
+    f"Table 1, {unit}, seeds 0-2: FedEMD - Random final accuracy (seed means) "
+    f"{np.mean(final['fedemd']) - np.mean(final['random']):+.2f}"
+  )
   print(
     f"Table 1, {unit}: the six cells took {seconds_of(summaries) / 3600:.1f} h; per program "
     "(seconds, cells in it), Random seed 0, FedEMD seed 0, Random seeds 1-2, FedEMD seeds 1-2: "
@@ -338,6 +477,11 @@ def fedemd_text_fig4() -> None:
         f"{a[:100].max():.2f}, Maverick picks {c[:k].sum()} of {c.sum()}"
       )
       print(f"  mean accuracy per 20 rounds: {blocks(a, [(x, x + 19) for x in range(1, 200, 20)])}")
+      print(
+        f"  the target minus the best {target - a.max():.2f}, minus the best of rounds 1-100 "
+        f"{target - a[:100].max():.2f}"
+      )
+    print(f"  FedEMD - Random final {acc['fedemd'][-1] - acc['random'][-1]:+.2f}")
   print(
     f"Fig. 4, text's reading, seed 0: the eight cells took {seconds_of(summaries) / 3600:.1f} h"
   )
@@ -376,14 +520,78 @@ def fedemd_text_diagnoses() -> None:
   )
 
 
+def fedemd_maverick_blocks() -> None:
+  """Sums of maverick_blocks.md's 50-round blocks, as the pages quote them."""
+  for r in md_rows("fedemd_fmnist/maverick_blocks.md"):
+    b = [int(r[k]) for k in ("rounds 1-50", "51-100", "101-150", "151-200")]
+    print(
+      f"Maverick picks, {r['D_c reading']}, {r['scenario']}, {r['method']}, seed {r['seed']}: "
+      f"rounds 1-50 {b[0]}, 1-100 {b[0] + b[1]}, 101-200 {b[2] + b[3]}, 151-200 {b[3]}, "
+      f"of {sum(b)}"
+    )
+  rows = table(f"{TEXT_PP}/table1/participation.csv")
+  picks = [
+    int(r["round"])
+    for r, before in zip(rows, [{"FedEMD": 0}] + rows)
+    if int(r["FedEMD"]) > int(before["FedEMD"])
+  ]
+  print(
+    f"Table 1, seed 0, FedEMD picks the Maverick at rounds {', '.join(map(str, picks))} "
+    f"({len(picks)} in all): its 11th pick at round {picks[10]}, 21st at {picks[20]}, 31st at "
+    f"{picks[30]}"
+  )
+
+
+def fedemd_per_class() -> None:
+  """per_class.md: how much of FedEMD's gap to Random the Mavericks' classes make."""
+  mavericks = {"1 excl": ["1 Trouser"], "2 excl": ["0 T-shirt", "1 Trouser"]}
+  mavericks["3 excl"] = mavericks["2 excl"] + ["2 Pullover"]
+  for folder in (f"{TEXT_PP}/table1", f"{DEFAULT}/table1", f"{DEFAULT}/fig4"):
+    rows = md_rows(f"{folder}/per_class.md")
+    by = {
+      (r.get("scenario", "1 excl"), r.get("seed", "0"), r["round"], r["method"]): r for r in rows
+    }
+    for scenario, seed, rnd, method in by:
+      if method != "Random" or (scenario, seed, rnd, "FedEMD") not in by:
+        continue
+      ours, theirs = by[scenario, seed, rnd, "FedEMD"], by[scenario, seed, rnd, "Random"]
+      classes = mavericks.get(scenario, ["1 Trouser"])
+      trouser = next(k for k in ours if "Trouser" in k)
+      share = sum(float(theirs[k]) - float(ours[k]) for k in classes) / 10
+      print(
+        f"per class, {folder.split('/', 1)[1]}, {scenario}, seed {seed}, round {rnd}: Random - "
+        f"FedEMD {float(theirs['all']) - float(ours['all']):.2f} points, of which the Mavericks' "
+        f"classes {share:.2f}; Trouser {theirs[trouser]} vs {ours[trouser]}"
+      )
+
+
+def fedemd_ablations() -> None:
+  """The ablations' per-seed R@99 follow from a mean ± std over two seeds: mean ∓ std."""
+  for folder in (
+    "first_reading_size_weighted_lr_per_round",
+    "first_reading_size_weighted_lr_per_participation",
+  ):
+    for r in table(f"fedemd_fmnist/{folder}/table1/r99.csv"):
+      parts = [float(x) for x in r["1 excl"].split("±")] if "±" in r["1 excl"] else None
+      seeds = (
+        f" (the two seeds: {parts[0] - parts[1]:.0f} and {parts[0] + parts[1]:.0f})"
+        if parts
+        else ""
+      )
+      print(f"{folder}, {r['method']}: R@99 {r['1 excl']}{seeds}")
+
+
 def fedemd() -> None:
   print("# the text's reading: D_c from label distributions, size-weighted FedAvg")
   fedemd_text_table1(f"{DEFAULT}/table1", "StepLR per round")
   fedemd_text_table1(f"{TEXT_PP}/table1", "StepLR per participation")
   fedemd_text_fig4()
   fedemd_text_diagnoses()
+  fedemd_maverick_blocks()
+  fedemd_per_class()
   print("# the first reading (ablation): D_c from raw counts, plain mean, StepLR per participation")
   fedemd_first_reading()
+  fedemd_ablations()
 
 
 def clustered_sampling() -> None:
@@ -415,6 +623,29 @@ def clustered_sampling() -> None:
             f"  minus {reference}'s: "
             + ", ".join(f"{m} {v - acc[reference]:+.2f}" for m, v in acc.items() if m != reference)
           )
+  clustered_sampling_md_law()
+
+
+def clustered_sampling_md_law() -> None:
+  """MD's closed forms (10 draws over 10 equal classes of 10 clients), its six one-class runs
+  and the weight-variance table's shares."""
+  print(
+    f"MD, closed form: 10 (1 - 0.9^10) = {10 * (1 - 0.9**10):.2f} classes and "
+    f"100 (1 - 0.99^10) = {100 * (1 - 0.99**10):.2f} distinct clients per round"
+  )
+  finals = [
+    100
+    * cell(f"clustered_sampling_fmnist_order/cells/{order}-md/seed{seed}")[0]["final_test_accuracy"]
+    for order in ("one_class", "one_class_by_label")
+    for seed in (0, 1, 2)
+  ]
+  print(
+    "MD, one class, both client orders: final accuracy of the six runs "
+    f"{min(finals):.1f} to {max(finals):.1f} %"
+  )
+  for r in table("clustered_sampling_fmnist/table_weight_variance.csv"):
+    share = float(r["share of clients with Var <= 1.1 x MD's"])
+    print(f"weight variance, {r['Method']}: {100 * share:.0f} % of clients with Var <= 1.1 x MD's")
 
 
 def fedar() -> None:
