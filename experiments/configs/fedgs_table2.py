@@ -249,7 +249,17 @@ def get_config() -> ml_collections.ConfigDict:
   c.table3.oracle_epsilon = 0.1
   c.table3.sigma2 = 0.01
   c.table3.epsilons = (0.0, 0.01, 0.05, 0.1, 0.5)
-  c.table3.warmup_rounds = 20  # FedAvg rounds before every client's update is taken
+  # FedAvg rounds before every client's update is taken. 0 (the paper): from the initial
+  # model, "the server can obtain the 3DG just before training starts" (Sec. 3.2); 20: our
+  # earlier reading, from a model trained 20 rounds.
+  c.table3.warmup_rounds = 0
+  # Which similarities are min-max normalized before thresholding. "oracle" (the paper):
+  # only the oracle's (Appendix C); Eq. 11 / 12 are used as they are, already in [0, 1].
+  # "all": the cosine and functional ones too (our earlier reading).
+  c.table3.normalize = "oracle"
+  # True: the N self-loops count as edges of both graphs, as the authors' measurement code
+  # does (it raises all three scores); False: undirected edges i < j only.
+  c.table3.self_loops = False
   # Table 4: FedGS on the oracle vs the constructed (functional / cosine) 3DG, best over
   # the alpha grid, same settings as Table 2.
   c.table4 = ml_collections.ConfigDict()
