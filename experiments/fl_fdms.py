@@ -34,7 +34,7 @@ from collections.abc import Callable
 import jax
 import ml_collections
 import numpy as np
-from absl import app, flags
+from absl import app, flags, logging
 
 from experiments import common
 from fedjax_sel import aggregation, availability, experiment
@@ -391,7 +391,28 @@ def run_study(
   )
   cx_rows = []
   similarity = None
-  for m in [m for m in CR_METHODS if m in config.methods]:
+  cr_methods = [m for m in CR_METHODS if m in config.methods]
+  # The counters live in each run's final checkpoint; runs read back from results/ (which
+  # keeps config.json, metrics.jsonl and summary.json only) have none: the table and Fig. 4
+  # are then left as they are, the other tables are written.
+  no_state = [
+    os.path.join(output_dir, "cells", name_of(m, a), f"seed{seed}")
+    for m in cr_methods
+    for a in alphas
+    for seed in seeds
+    if checkpoint.latest_round(os.path.join(output_dir, "cells", name_of(m, a), f"seed{seed}"))
+    is None
+  ]
+  if no_state:
+    logging.warning(
+      "complexity table and Fig. 4 not written: %d run(s) without a final checkpoint (%s%s); "
+      "the counters are in the checkpoints",
+      len(no_state),
+      no_state[0],
+      ", ..." if len(no_state) > 1 else "",
+    )
+    cr_methods = []
+  for m in cr_methods:
     shares, computed = [], []
     for a in alphas:
       name = name_of(m, a)
@@ -409,12 +430,13 @@ def run_study(
       shares.append(common.fmt(*common.mean_std(per_seed), 2))
       computed.append(f"{np.mean(comp):.0f}")
     cx_rows.append([METHODS[m]] + shares + computed)
-  md += "\n" + results.write_table(
-    os.path.join(output_dir, "complexity"),
-    cx_header,
-    cx_rows,
-    f"FL-FDMS Fig. 5(a): similarity computations saved by complexity reduction ({setup})",
-  )
+  if not no_state:
+    md += "\n" + results.write_table(
+      os.path.join(output_dir, "complexity"),
+      cx_header,
+      cx_rows,
+      f"FL-FDMS Fig. 5(a): similarity computations saved by complexity reduction ({setup})",
+    )
 
   # The claims' differences (seed means), and each method's loss from the first to last alpha.
   final, speed = {}, {}

@@ -199,3 +199,25 @@ def test_runs_on_tfds_mnist(tmp_path):
   )
   assert config_json["dataset"].startswith("mnist/clustered")
   assert out["accuracy"][1][0][0] == "FL-FDMS"
+
+
+def test_runs_read_back_without_checkpoints(tmp_path):
+  # results/ keeps each run's config.json, metrics.jsonl and summary.json, not its
+  # checkpoints: the study reads such runs back and writes every table but the complexity
+  # one (whose counters are in the checkpoints) instead of failing on the missing file.
+  from fedjax_sel.core import checkpoint
+
+  config = fl_fdms.prepare_config(fl_fdms_config.get_config(), quick=True, rounds=2)
+  config.methods = ("stale", "fdms")
+  config.base.model = "logreg"
+  out_dir = tmp_path / "out"
+  first = fl_fdms.run_study(config, str(out_dir), [0])
+  assert first["complexity"][1] and (out_dir / "complexity.csv").exists()
+  for name in ("alpha0.5_stale", "alpha0.5_fdms"):
+    checkpoint.clear(str(out_dir / "cells" / name / "seed0"))
+  (out_dir / "complexity.csv").unlink()
+  (out_dir / "accuracy.csv").unlink()
+  again = fl_fdms.run_study(config, str(out_dir), [0])
+  assert again["accuracy"] == first["accuracy"]  # read back, not rerun
+  assert again["complexity"][1] == []
+  assert (out_dir / "accuracy.csv").exists() and not (out_dir / "complexity.csv").exists()
