@@ -27,10 +27,10 @@ from fedjax_sel.metrics import results
 
 HELP = {
   "dataset": "dataset name: synthetic (built-in, offline), digits, mnist, fashion_mnist, "
-  "cifar10, emnist",
+  "cifar10, svhn_cropped, stl10, emnist",
   "partition": "how examples are split over clients: natural (Synthetic), iid, dirichlet, "
   "shards, lognormal, size_groups, clustered, easyfl_quantity ('' = natural/iid)",
-  "model": "model name: logreg, mlp, cnn_mnist, cnn_cifar",
+  "model": "model name: logreg, mlp, cnn_mnist, cnn_cifar, cnn_stl10, resnet18",
   "mlp_hidden": "width of the hidden layer of --model=mlp (one layer; >= 1)",
   "param_init": "initial parameters: flax (lecun_normal kernels, zero biases) or torch "
   "(PyTorch's Conv2d/Linear defaults: kernels and biases U(-1/sqrt(fan_in), 1/sqrt(fan_in)), "

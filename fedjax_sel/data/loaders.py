@@ -4,10 +4,10 @@
   (``partition`` must be None or ``"natural"``; hparams ``alpha``, ``beta``, ``iid``).
 - ``digits`` (scikit-learn, offline), ``mnist`` and ``fashion_mnist`` (their four official
   IDX files, ``fedjax_sel.data.idx``, or a prepared TFDS dir) and the TFDS datasets
-  ``cifar10``, ``emnist`` (read from ``data_dir``): the dataset's train split is the pool
-  (``load_pool``), partitioned among the clients by ``partition``
-  (``fedjax_sel.data.partitions``; default ``"iid"``); each client's part is split into
-  local train and test parts; the dataset's test split is the global test set.
+  ``cifar10``, ``svhn_cropped``, ``stl10``, ``emnist`` (read from ``data_dir``): the
+  dataset's train split is the pool (``load_pool``), partitioned among the clients by
+  ``partition`` (``fedjax_sel.data.partitions``; default ``"iid"``); each client's part is
+  split into local train and test parts; the dataset's test split is the global test set.
 
 Where MNIST / Fashion-MNIST come from: with ``data_dir``, its IDX files (in it or in its
 ``<dataset>``, Keras or torchvision sub-folder), else the prepared TFDS data in it. Without
@@ -40,8 +40,8 @@ from fedjax_sel.data.errors import DatasetNotFoundError
 from fedjax_sel.data.federated import FederatedData, decode, split_from_indices, stored_x
 from fedjax_sel.data.partitions import PARTITIONS, make_partition
 
-DATASETS = ("synthetic", "digits", "mnist", "fashion_mnist", "cifar10", "emnist")
-TFDS_NAMES = ("mnist", "fashion_mnist", "cifar10", "emnist")
+TFDS_NAMES = ("mnist", "fashion_mnist", "cifar10", "svhn_cropped", "stl10", "emnist")
+DATASETS = ("synthetic", "digits", *TFDS_NAMES)
 IDX_NAMES = ("mnist", "fashion_mnist")  # also read from their official IDX files
 REAL_DATASETS = ("digits", *TFDS_NAMES)  # the datasets with a central pool (``load_pool``)
 SYNTHETIC_HPARAMS = ("alpha", "beta", "iid", "recipe")
@@ -205,7 +205,8 @@ def load_pool(dataset: str, data_dir: str | None = None, *, image_dtype: str = "
   here too, so a new source works everywhere at once.
 
   Args:
-    dataset: one of ``REAL_DATASETS`` (digits, mnist, fashion_mnist, cifar10, emnist).
+    dataset: one of ``REAL_DATASETS`` (digits, mnist, fashion_mnist, cifar10, svhn_cropped,
+      stl10, emnist).
     data_dir: a folder holding MNIST / Fashion-MNIST IDX files or prepared TFDS data (must
       exist); None searches the usual places (see the module docstring). Ignored by digits.
     image_dtype: ``"float32"`` (pixels / 255) or ``"uint8"`` (the stored pixels, a quarter

@@ -15,12 +15,18 @@
 Any missing piece (package, folder, prepared data) raises one ``DatasetNotFoundError``
 that says where the data must be (``<data_dir>/<name>/<version>``) and how to get it.
 
+SVHN (``"svhn_cropped"``, the FedAR paper's third dataset): the 32x32x3 cropped digits, 10
+classes, train 73,257 / test 26,032 (the ``extra`` split, 531,131 images, is not used).
+STL-10 (``"stl10"``, FedEMD's fourth): 96x96x3, 10 classes, the labelled train 5,000 / test
+8,000 (the ``unlabelled`` split, 100,000 images, is not used).
+
 EMNIST: ``"emnist"`` means ``emnist/balanced`` (47 balanced classes, 112,800 train /
 18,800 test); ``"emnist/byclass"`` (62 classes, 697,932 train, 2.2 GB as f32) and
 ``"emnist/letters"`` (26 classes; TFDS labels 1..26 are shifted to 0..25) are also
 accepted. EMNIST images are stored transposed; we transpose them back to upright.
 
-References: TFDS catalog (mnist 3.0.1, fashion_mnist 3.0.1, cifar10 3.0.2, emnist 3.1.0).
+References: TFDS catalog (mnist 3.0.1, fashion_mnist 3.0.1, cifar10 3.0.2, emnist 3.1.0,
+svhn_cropped 3.1.0, stl10 1.0.0).
 """
 
 from __future__ import annotations
@@ -51,6 +57,8 @@ TFDS_DATASETS = {
   "mnist": TfdsSpec("mnist", 10),
   "fashion_mnist": TfdsSpec("fashion_mnist", 10),
   "cifar10": TfdsSpec("cifar10", 10),
+  "svhn_cropped": TfdsSpec("svhn_cropped", 10),
+  "stl10": TfdsSpec("stl10", 10),
   "emnist": TfdsSpec("emnist/balanced", 47, transpose=True),
   "emnist/balanced": TfdsSpec("emnist/balanced", 47, transpose=True),
   "emnist/byclass": TfdsSpec("emnist/byclass", 62, transpose=True),
@@ -127,7 +135,8 @@ def load_tfds(
   """Reads one split of a TFDS image dataset from ``data_dir`` as numpy arrays.
 
   Args:
-    name: one of ``TFDS_DATASETS`` (mnist, fashion_mnist, cifar10, emnist, ...).
+    name: one of ``TFDS_DATASETS`` (mnist, fashion_mnist, cifar10, svhn_cropped, stl10,
+      emnist, ...).
     data_dir: the TFDS data directory (must exist); None means TFDS's default
       (``$TFDS_DATA_DIR`` or ``~/tensorflow_datasets``).
     split: ``"train"`` or ``"test"`` (any TFDS split string is passed through).

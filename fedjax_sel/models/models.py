@@ -1,4 +1,4 @@
-"""Logistic regression, MLP and the two CNNs of the papers, as flax modules."""
+"""Logistic regression, MLP, the papers' CNNs and ResNet-18, as flax modules."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_sel.core.registry import Registry, check_range
+from fedjax_sel.core.registry import Registry, check_range, is_integer
 from fedjax_sel.models.conv_ops import canonical_conv, max_pool_2x2
 from fedjax_sel.models.im2col import im2col_conv
 from fedjax_sel.models.precision import FULL, compute_dtype, conv_kwargs, dense_kwargs
@@ -166,6 +166,127 @@ class CifarCNN(nn.Module):
     return _logits(_dense(self.num_classes, x, self.param_init, self.dtype))
 
 
+class Stl10CNN(nn.Module):
+  """FedEMD's STL-10 network: "a shallow CNN with 3-convolutional layer followed by 2
+  fully-connected layer" (Huang et al., Supplement A.9), for 96x96x3 images.
+
+  A.9 gives neither kernels nor widths; we chose three 3x3 SAME convolutions (32, 64, 128
+  channels), each followed by ReLU and 2x2 max pooling (96 -> 48 -> 24 -> 12), then a
+  256-unit ReLU layer and the output layer: 4,814,666 parameters at 10 classes.
+  """
+
+  num_classes: int
+  channels: Sequence[int] = (32, 64, 128)
+  hidden: int = 256
+  conv_impl: str = "xla"
+  param_init: str = "flax"
+  dtype: Any = FULL  # compute dtype; parameters are float32
+
+  @nn.compact
+  def __call__(self, x):
+    conv = _conv(self.conv_impl)
+    # 3x3 kernels; under half precision the layers compute in self.dtype
+    init = lambda x: {**layer_inits(self.param_init, x.shape[-1] * 9), **conv_kwargs(self.dtype)}
+    x = x.astype(self.dtype)
+    for width in self.channels:
+      x = nn.relu(conv(width, (3, 3), padding="SAME", **init(x))(x))
+      x = max_pool_2x2(x)
+    x = x.reshape((x.shape[0], -1))
+    x = nn.relu(_dense(self.hidden, x, self.param_init, self.dtype))
+    return _logits(_dense(self.num_classes, x, self.param_init, self.dtype))
+
+
+GROUP_NORM_EPS = 1e-5  # PyTorch's nn.GroupNorm / nn.BatchNorm2d default
+
+
+def _norm(groups: int, dtype) -> nn.Module:
+  """GroupNorm (PyTorch's defaults: eps 1e-5, scale 1, bias 0; float32 parameters and
+  statistics, output in ``dtype``)."""
+  return nn.GroupNorm(num_groups=groups, epsilon=GROUP_NORM_EPS, **conv_kwargs(dtype))
+
+
+class BasicBlock(nn.Module):
+  """ResNet's basic block: two 3x3 convolutions with a norm each and an identity shortcut,
+  or a 1x1 strided convolution + norm where the shape changes (He et al. 2016, option B)."""
+
+  features: int
+  strides: int = 1
+  norm_groups: int = 2
+  conv_impl: str = "xla"
+  param_init: str = "flax"
+  dtype: Any = FULL
+
+  @nn.compact
+  def __call__(self, x):
+    conv = _conv(self.conv_impl)
+
+    def layer(features, kernel, strides, padding, inputs):
+      fan_in = inputs.shape[-1] * kernel * kernel
+      init = layer_inits(self.param_init, fan_in)
+      init.pop("bias_init", None)  # bias-free convolutions, as PyTorch's ResNets
+      kw = {**init, **conv_kwargs(self.dtype)}
+      k, s = (kernel, kernel), (strides, strides)
+      return conv(features, k, s, padding=padding, use_bias=False, **kw)(inputs)
+
+    same = ((1, 1), (1, 1))  # PyTorch's padding=1 (flax's "SAME" pads (0, 1) at stride 2)
+    y = nn.relu(_norm(self.norm_groups, self.dtype)(layer(self.features, 3, self.strides, same, x)))
+    y = _norm(self.norm_groups, self.dtype)(layer(self.features, 3, 1, same, y))
+    if self.strides != 1 or x.shape[-1] != self.features:
+      x = _norm(self.norm_groups, self.dtype)(layer(self.features, 1, self.strides, "VALID", x))
+    return nn.relu(y + x)
+
+
+class ResNet18(nn.Module):
+  """The CIFAR-style ResNet-18 (He et al. 2016; the form of FedAR's SVHN model).
+
+  A 3x3 stride-1 stem (no max pool), four stages of two BasicBlocks with ``width`` x (1, 2,
+  4, 8) channels (64-128-256-512), the last three starting with stride 2, global average
+  pooling and a dense output: 11,173,962 parameters at width 64 and 10 classes. Every
+  BatchNorm is a GroupNorm of ``norm_groups`` groups (same parameter count): batch
+  statistics are per client and do not average across clients, and a ``Model`` has no
+  mutable state for running averages (FedAR's text names ResNet-18 only; no released code
+  was found). Convolutions have no bias. Under ``conv_impl="canonical"`` the three stride-2
+  3x3 convolutions and the 1x1 shortcuts fall back to ``lax.conv_general_dilated``
+  (``canonical_conv`` handles stride 1); ``im2col`` handles every stride.
+  """
+
+  num_classes: int
+  width: int = 64
+  norm_groups: int = 2
+  conv_impl: str = "xla"
+  param_init: str = "flax"
+  dtype: Any = FULL  # compute dtype; parameters are float32
+
+  @nn.compact
+  def __call__(self, x):
+    conv = _conv(self.conv_impl)
+    x = x.astype(self.dtype)
+    init = layer_inits(self.param_init, x.shape[-1] * 9)
+    init.pop("bias_init", None)
+    x = conv(
+      self.width,
+      (3, 3),
+      padding=((1, 1), (1, 1)),
+      use_bias=False,
+      **init,
+      **conv_kwargs(self.dtype),
+    )(x)
+    x = nn.relu(_norm(self.norm_groups, self.dtype)(x))
+    for stage, mult in enumerate((1, 2, 4, 8)):
+      for block in range(2):
+        strides = 2 if stage > 0 and block == 0 else 1
+        x = BasicBlock(
+          self.width * mult,
+          strides,
+          self.norm_groups,
+          self.conv_impl,
+          self.param_init,
+          self.dtype,
+        )(x)
+    x = jnp.mean(x, axis=(1, 2))
+    return _logits(_dense(self.num_classes, x, self.param_init, self.dtype))
+
+
 _REGISTRY = Registry("model")
 
 
@@ -267,6 +388,63 @@ def make_cnn_cifar(
   dtype = compute_dtype(half_precision)
   module = CifarCNN(num_classes, resolve_conv_impl(conv_impl), param_init, dtype)
   return _wrap(module, "cnn_cifar", input_shape, num_classes, conv=True)
+
+
+def _check_width(name, value):
+  if not is_integer(value, strict=True) or value < 1:
+    raise ValueError(f"{name}={value!r}; allowed: integers >= 1")
+
+
+@_REGISTRY.register("cnn_stl10")
+def make_cnn_stl10(
+  input_shape,
+  num_classes,
+  channels: Sequence[int] = (32, 64, 128),
+  hidden: int = 256,
+  conv_impl: str = "auto",
+  param_init: str = "flax",
+  half_precision: bool = False,
+) -> Model:
+  """FedEMD's STL-10 CNN (``Stl10CNN``; 96x96x3 inputs). ``channels``: the three
+  convolutions' widths; ``hidden``: the first dense layer's; ``conv_impl``, ``param_init``,
+  ``half_precision`` as ``cnn_cifar``."""
+  _check(input_shape, num_classes, param_init, half_precision)
+  _check_image("cnn_stl10", input_shape, 8)
+  channels = tuple(channels)
+  if len(channels) != 3 or any(not is_integer(c, strict=True) or c < 1 for c in channels):
+    raise ValueError(f"channels={channels!r}; allowed: three integers >= 1")
+  _check_width("hidden", hidden)
+  dtype = compute_dtype(half_precision)
+  impl = resolve_conv_impl(conv_impl)
+  module = Stl10CNN(num_classes, channels, int(hidden), impl, param_init, dtype)
+  return _wrap(module, "cnn_stl10", input_shape, num_classes, conv=True)
+
+
+@_REGISTRY.register("resnet18")
+def make_resnet18(
+  input_shape,
+  num_classes,
+  width: int = 64,
+  norm_groups: int = 2,
+  conv_impl: str = "auto",
+  param_init: str = "flax",
+  half_precision: bool = False,
+) -> Model:
+  """CIFAR-style ResNet-18 with GroupNorm (``ResNet18``; e.g. SVHN's 32x32x3). ``width``:
+  the first stage's channels (64); ``norm_groups``: groups of every GroupNorm (must divide
+  ``width``); ``conv_impl``, ``param_init``, ``half_precision`` as ``cnn_cifar``."""
+  _check(input_shape, num_classes, param_init, half_precision)
+  _check_image("resnet18", input_shape, 8)
+  _check_width("width", width)
+  _check_width("norm_groups", norm_groups)
+  if width % norm_groups:
+    raise ValueError(
+      f"norm_groups={norm_groups!r} does not divide width={width!r}; allowed: divisors of width"
+    )
+  dtype = compute_dtype(half_precision)
+  impl = resolve_conv_impl(conv_impl)
+  module = ResNet18(num_classes, int(width), int(norm_groups), impl, param_init, dtype)
+  return _wrap(module, "resnet18", input_shape, num_classes, conv=True)
 
 
 MODELS = tuple(_REGISTRY.names())
