@@ -3,6 +3,10 @@ r"""FedAR (Jiang et al.): client unavailability with memory and staleness-rectif
   python -m experiments.fedar --output_dir=runs/fedar
   python -m experiments.fedar --quick --output_dir=/tmp/fedar
   python -m experiments.fedar --data_dir=~/tensorflow_datasets --output_dir=runs/fedar_mnist
+  # the paper's SVHN with ResNet-18 (GroupNorm), weight decay 0.001 (Sec. 6.1):
+  python -m experiments.fedar --data_dir=~/tensorflow_datasets --output_dir=runs/fedar_svhn \
+    --config.real_dataset=svhn_cropped --config.real_model=resnet18 \
+    --config.base.client_weight_decay=0.001
 
 100 clients with two classes each (``shards``, 2 labels per client); client i is available
 each round with a fixed p_i ~ U[p_min, 1] (``bernoulli``); every available client trains
@@ -32,7 +36,8 @@ from absl import app, flags
 
 from experiments import common
 from experiments.fl_fdms import dataset_cache, final_state
-from fedjax_sel import experiment
+from fedjax_sel import experiment, models
+from fedjax_sel.data import loaders
 from fedjax_sel.metrics import results
 
 METHODS = {
@@ -48,6 +53,16 @@ BIAS_METHODS = ("fedar", "mifa", "fedvarp", "fedavg_full")  # the rows of Table 
 TINY_ENV = common.TINY_ENV
 
 
+def check_real_choice(config: ml_collections.ConfigDict) -> None:
+  """``real_dataset`` / ``real_model`` (what --data_dir runs) name a TFDS dataset and a model."""
+  if config.real_dataset not in loaders.TFDS_NAMES:
+    raise ValueError(
+      f"real_dataset={config.real_dataset!r}; allowed: {', '.join(loaders.TFDS_NAMES)}"
+    )
+  if config.real_model not in models.names():
+    raise ValueError(f"real_model={config.real_model!r}; allowed: {', '.join(models.names())}")
+
+
 def prepare_config(
   config: ml_collections.ConfigDict, *, quick: bool = False, rounds: int = 0, data_dir: str = ""
 ) -> ml_collections.ConfigDict:
@@ -59,6 +74,7 @@ def prepare_config(
   for p in c.p_mins:
     if not 0.0 <= float(p) <= 1.0:
       raise ValueError(f"p_min={p!r} is out of range; allowed: [0, 1]")
+  check_real_choice(c)
   if quick:
     c.base.rounds = c.quick_rounds
     c.base.eval_every = c.quick_eval_every

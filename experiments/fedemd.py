@@ -3,6 +3,12 @@ r"""FedEMD (Huang et al.): client selection with Mavericks -- R@99 and Maverick 
   python -m experiments.fedemd --output_dir=runs/fedemd
   python -m experiments.fedemd --quick --output_dir=/tmp/fedemd
   python -m experiments.fedemd --data_dir=~/tensorflow_datasets --output_dir=runs/fedemd_fmnist
+  # STL-10 with the shallow 3-conv + 2-FC CNN and Supplement A.10's STL-10 settings:
+  python -m experiments.fedemd --data_dir=~/tensorflow_datasets --output_dir=runs/fedemd_stl10 \
+    --config.real_dataset=stl10 --config.real_model=cnn_stl10 --config.base.batch_size=10 \
+    --config.base.client_lr=0.01 --config.base.client_momentum=0.5 \
+    --config.base.lr_step_size=500 --config.base.lr_step_gamma=0.5 \
+    --config.fedemd_alpha=0.11 --config.fedemd_beta=0.001
   python -m experiments.fedemd ... --config.aggregation_setup=fedsgd  # Table 1's FedSGD half
   # the study before issue 41 (raw counts in D_c, plain mean, per-participation StepLR):
   python -m experiments.fedemd ... --config.fedemd_current=counts \
@@ -45,7 +51,7 @@ import numpy as np
 from absl import app, flags, logging
 
 from experiments import common
-from fedjax_sel import experiment
+from fedjax_sel import experiment, models
 from fedjax_sel.data import loaders
 from fedjax_sel.data.federated import FederatedData, split_from_indices
 from fedjax_sel.data.loaders import num_local_test
@@ -195,6 +201,10 @@ def prepare_config(
     raise ValueError(
       f"fedemd_current={c.fedemd_current!r}; allowed: {list(fedemd_selection.CURRENT_READINGS)}"
     )
+  if c.real_dataset not in loaders.TFDS_NAMES:
+    raise ValueError(f"real_dataset={c.real_dataset!r}; allowed: {', '.join(loaders.TFDS_NAMES)}")
+  if c.real_model not in models.names():
+    raise ValueError(f"real_model={c.real_model!r}; allowed: {', '.join(models.names())}")
   if quick:
     c.base.rounds = c.quick_rounds
     c.scenarios = tuple(c.quick_scenarios)

@@ -13,7 +13,11 @@ Baselines: MIFA, FedVARP, FedAvg-IS (1 / p_i importance weights), FedAvg (S = 50
 ideal row of the bias table, Table 3).
 
 Offline the dataset is scikit-learn's ``digits`` (the ``shards`` partition needs labels)
-with logistic regression, the paper's MNIST model; with --data_dir: MNIST.
+with logistic regression, the paper's MNIST model; with --data_dir: ``real_dataset`` with
+``real_model`` (default MNIST with logistic regression; the paper's SVHN is
+``real_dataset="svhn_cropped"``, ``real_model="resnet18"``: the CIFAR-style ResNet-18 with
+GroupNorm, ``fedjax_sel.models.ResNet18``). ``real_dataset`` is one of the TFDS datasets
+(``fedjax_sel.data.loaders.TFDS_NAMES``), ``real_model`` one of ``fedjax_sel.models.names()``.
 """
 
 import ml_collections
@@ -50,8 +54,8 @@ def get_config() -> ml_collections.ConfigDict:
   c.fedavg_cohort = 50  # FedAvg (S = 50)
   c.bias_p_min = 0.1  # Table 3 is at the challenging setting
   c.plot_distribution = True  # Fig. 3: per-client accuracy histogram (restores final params)
-  c.real_dataset = "mnist"
-  c.real_model = "logreg"
+  c.real_dataset = "mnist"  # with --data_dir; "svhn_cropped" for the paper's SVHN
+  c.real_model = "logreg"  # "resnet18" for SVHN
   c.quick_rounds = 4
   c.quick_eval_every = 2
   c.quick_p_mins = (0.1,)

@@ -261,3 +261,41 @@ def test_old_settings_give_the_committed_cells_config_and_cohorts():
   picks = np.cumsum(fedemd.counts_per_round(cohorts, valid, 50)[:, 0])
   rows = read_csv(os.path.join(folder, "participation.csv"))[1:]
   assert picks.tolist() == [int(r[2]) for r in rows]
+
+
+def test_real_dataset_and_model_choose_what_data_dir_runs():
+  config = fedemd_config.get_config()
+  config.real_dataset, config.real_model = "stl10", "cnn_stl10"
+  base = fedemd.prepare_config(config, data_dir="/tmp").base
+  assert (base.dataset, base.model) == ("stl10", "cnn_stl10")
+  for field, bad in (("real_dataset", "stl-10"), ("real_model", "cnn_stl")):
+    config = fedemd_config.get_config()
+    config[field] = bad
+    with pytest.raises(ValueError, match=rf"^{field}='{bad}'; allowed: .*stl10") as err:
+      fedemd.prepare_config(config, data_dir="/tmp")
+    assert "\n" not in str(err.value)
+
+
+def _stl10_smoke(tmp_path, model):
+  tfds = pytest.importorskip("tensorflow_datasets")
+  config = fedemd_config.get_config()
+  config.real_dataset, config.real_model = "stl10", model
+  config = fedemd.prepare_config(config, quick=True, data_dir=str(tmp_path), rounds=2)
+  config.methods = ("random",)
+  config.base.batch_size = 10  # A.10's STL-10 batch
+  with tfds.testing.mock_data(num_examples=300):
+    out = fedemd.run_study(config, str(tmp_path / "out"), [0])
+  ((summary, _),) = out["runs"]["1_excl", "random"]
+  assert summary["rounds"] == 2 and len(summary["sampling_counts"]) == 50
+  return config
+
+
+@pytest.mark.slow  # ~17 s; the STL-10 data path is tests/data/test_tfds_svhn_stl10.py's
+def test_runs_on_tfds_stl10(tmp_path):
+  # the binary on STL-10's 96x96x3 (mock images) with logistic regression: a small compile
+  assert _stl10_smoke(tmp_path, "logreg").base.dataset == "stl10"
+
+
+@pytest.mark.slow
+def test_runs_on_tfds_stl10_with_its_cnn(tmp_path):
+  assert _stl10_smoke(tmp_path, "cnn_stl10").base.model == "cnn_stl10"
