@@ -57,6 +57,11 @@ METHODS = {
 # each client an on/off chain, off a share alpha of the rounds, absences of ``mean_absence``
 # rounds on average).
 PROCESSES = ("redrawn", "markov")
+# The data: the paper's clustered setting or its general non-iid setting (``general_partition``
+# of GENERAL_PARTITIONS; the methods needing true clusters, NEEDS_CLUSTERS, are left out there).
+SETTINGS = ("clustered", "general")
+GENERAL_PARTITIONS = ("shards", "dirichlet")
+NEEDS_CLUSTERS = ("fdms_oracle",)
 CR_METHODS = ("fdms", "fdms_cr", "fdms_cr_half")
 TINY_ENV = common.TINY_ENV
 
@@ -78,6 +83,23 @@ def prepare_config(
       raise ValueError(f"alpha={a!r} is out of range; allowed: [0, 1)")
   if c.process not in PROCESSES:
     raise ValueError(f"process={c.process!r} is not allowed; allowed: {list(PROCESSES)}")
+  if c.setting not in SETTINGS:
+    raise ValueError(f"setting={c.setting!r} is not allowed; allowed: {list(SETTINGS)}")
+  if c.general_partition not in GENERAL_PARTITIONS:
+    raise ValueError(
+      f"general_partition={c.general_partition!r} is not allowed; "
+      f"allowed: {list(GENERAL_PARTITIONS)}"
+    )
+  if c.setting == "general":
+    c.base.partition = c.general_partition  # labels_per_client / partition_alpha of the base
+    left_out = [m for m in c.methods if m in NEEDS_CLUSTERS]
+    if left_out:
+      logging.warning(
+        "method(s) %s left out: they need true clusters, and setting='general' has none",
+        left_out,
+      )
+      c.methods = tuple(m for m in c.methods if m not in NEEDS_CLUSTERS)
+      c.quick_methods = tuple(m for m in c.quick_methods if m not in NEEDS_CLUSTERS)
   if not isinstance(c.assumption5, bool):
     raise ValueError(f"assumption5={c.assumption5!r} is not allowed; allowed: [True, False]")
   if c.assumption5 and c.process != "markov":
@@ -156,6 +178,18 @@ def cells(config: ml_collections.ConfigDict) -> list[tuple[str, str, float | Non
       if m != "full":
         out.append((f"alpha{float(a):g}_{m}", m, float(a)))
   return out
+
+
+def setting_text(config: ml_collections.ConfigDict) -> str:
+  """The clients' data in words, for table and figure titles."""
+  base = config.base
+  if config.get("setting", "clustered") != "general":
+    return f"{base.num_clients} clients in {base.num_groups} clusters"
+  if base.partition == "dirichlet":
+    how = f"class shares ~ Dir({float(base.partition_alpha):g})"
+  else:
+    how = f"{base.labels_per_client} classes per client"
+  return f"{base.num_clients} clients, general non-iid setting ({how})"
 
 
 def process_text(config: ml_collections.ConfigDict) -> str:
@@ -327,10 +361,7 @@ def run_study(
   # every cell and seed; those of one program shape run as one
   runs = common.run_named_cells(cfgs, output_dir, seeds, dataset_fn=load, resume=resume)
   base = config.base
-  setup = (
-    f"{base.dataset}, {base.num_clients} clients in {base.num_groups} clusters, {base.model}, "
-    f"{process_text(config)}"
-  )
+  setup = f"{base.dataset}, {setting_text(config)}, {base.model}, {process_text(config)}"
 
   def acc_cell(name):
     if name not in runs:
@@ -470,11 +501,15 @@ def run_study(
       rounds, acc = common.mean_curve([h for _, h in runs[name]], "test_accuracy")
       curves[METHODS[m]] = (rounds, [100 * v for v in acc])
     path = os.path.join(output_dir, f"fig1_alpha{a:g}.png")
+    if config.get("setting", "clustered") == "general":
+      where = f"general non-iid ({base.partition}, N={base.num_clients})"
+    else:
+      where = f"clustered (N={base.num_clients}, {base.num_groups} clusters)"
     results.plot_curves(
       curves,
       path,
-      f"FL-FDMS Fig. 1: {base.dataset} + {base.model}, clustered (N={base.num_clients}, "
-      f"{base.num_groups} clusters), α={a:g}, mean of {len(seeds)} seed(s)",
+      f"FL-FDMS Fig. 1: {base.dataset} + {base.model}, {where}, α={a:g}, "
+      f"mean of {len(seeds)} seed(s)",
       "test accuracy (%)",
     )
     figures.append(path)

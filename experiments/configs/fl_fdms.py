@@ -54,6 +54,16 @@ def get_config() -> ml_collections.ConfigDict:
   # The dropout process: "redrawn" (exactly floor(alpha N) drop, drawn afresh each round; the
   # committed results/fl_fdms_fmnist_mlp/) or "markov" (persistent absences, issue 38).
   c.process = "redrawn"
+  # The data: "clustered" (the paper's clustered setting: 5 clusters of 4 clients, each
+  # cluster owning 2 classes) or "general" (the paper's general non-iid setting, "a common
+  # way of generating non-i.i.d. FL dataset"; its details are in the missing Appendix C).
+  # "general" draws ``general_partition``: "shards" (each client 2 distinct classes,
+  # base.labels_per_client; McMahan et al.'s 2-shard split) or "dirichlet" (class shares
+  # q_k ~ Dir(base.partition_alpha), Hsu et al.). The dropout process is the same in both
+  # settings; with "general" the 5 groups of consecutive ids it protects one client of are
+  # not friend groups, and the oracle friend (true clusters) cannot run.
+  c.setting = "clustered"
+  c.general_partition = "shards"
   c.mean_absence = 10.0  # "markov": mean absence in rounds (5 % of the 200 rounds)
   # "markov" only: a cluster whose clients are all away keeps one (Assumption 5; diagnostic).
   c.assumption5 = False
