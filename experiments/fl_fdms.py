@@ -4,7 +4,10 @@ r"""FL-FDMS (Wang & Xu): friend model substitution for dropped clients, clustere
   python -m experiments.fl_fdms --quick --output_dir=/tmp/fl_fdms
   python -m experiments.fl_fdms --data_dir=~/tensorflow_datasets --output_dir=runs/fl_fdms_mnist
 
-20 clients in 5 clusters (``clustered`` partition). Dropout process (``--config.process``):
+20 clients in 5 clusters (``clustered`` partition), or with ``--config.setting=general`` the
+paper's general non-iid setting (``shards``: 2 classes per client, the default
+``general_partition``, or ``dirichlet``; the oracle friend is left out there). Dropout
+process (``--config.process``):
 "redrawn", every round exactly floor(alpha N) clients drop, drawn afresh (``cluster_dropout``
 in ``fl_fdms`` mode: each cluster keeps one active client, the paper's Assumption 5), or
 "markov", persistent absences (``markov_dropout``: each client an on/off chain, off a share

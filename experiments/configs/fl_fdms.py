@@ -15,6 +15,10 @@ drawn afresh, one client per cluster kept; or "markov", each client an independe
 chain off a share alpha of the rounds with absences of ``mean_absence`` rounds on average
 (``markov_dropout``; no client kept, so a whole cluster can be away).
 
+Setting (``setting``): "clustered" (above) or "general", the paper's general non-iid setting
+("a common way of generating non-i.i.d. FL dataset", details in the missing Appendix C):
+``general_partition`` "shards" (2 classes per client) or "dirichlet" (Dir(0.5) class shares).
+
 Use: ``python -m experiments.fl_fdms --config=experiments/configs/fl_fdms.py
 --config.alphas='(0.5,)' --output_dir=runs/fl_fdms``.
 """
