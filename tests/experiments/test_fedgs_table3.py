@@ -87,15 +87,14 @@ def test_self_loops_raise_the_scores_of_the_complete_graph():
   ],
 )
 def test_bad_options_name_the_allowed_values(field, value, allowed):
+  # a plain ConfigDict (as a config file could build one): no type check of its own
+  t3 = ml_collections.ConfigDict({**config_lib.get_config().table3.to_dict(), field: value})
   with pytest.raises(ValueError, match=f"table3.{field}=.*{allowed}"):
-    fedgs_table2.check_table3(_t3(**{field: value}))
+    fedgs_table2.check_table3(t3)
 
 
-@pytest.mark.parametrize("warmup", [0, 2])
-def test_updates_are_taken_after_warmup_rounds(small_synthetic, monkeypatch, warmup):
-  base = ml_collections.ConfigDict(config_lib.get_config().datasets.synthetic.base.to_dict())
-  base.num_clients, base.clients_per_round, base.local_steps = 12, 4, 2
-  base.synthetic_recipe = "fedprox"
+def _spy_rounds(monkeypatch) -> list[int]:
+  """The round of the global model each ``client_updates`` call starts from."""
   seen = []
   real = fedgs_table2.client_updates
 
@@ -104,18 +103,31 @@ def test_updates_are_taken_after_warmup_rounds(small_synthetic, monkeypatch, war
     return real(sim, state, num_clients, key)
 
   monkeypatch.setattr(fedgs_table2, "client_updates", spy)
+  return seen
+
+
+@pytest.mark.slow  # ~40 s on 2 busy cores, mostly compiling the round and the cohort
+def test_updates_are_taken_after_warmup_rounds(small_synthetic, monkeypatch):
+  warmup = 2
+  base = ml_collections.ConfigDict(config_lib.get_config().datasets.synthetic.base.to_dict())
+  base.num_clients, base.clients_per_round, base.local_steps = 12, 4, 2
+  base.synthetic_recipe = "fedprox"
+  seen = _spy_rounds(monkeypatch)
   rows = fedgs_table2.table3_rows(base, small_synthetic, _t3(warmup_rounds=warmup), seed=0)
   assert seen == [warmup]
   for p, r, f, _ in rows.values():
     assert math.isclose(f, 2 * p * r / (p + r), rel_tol=1e-5) if p + r else f == 0.0
 
 
-def test_fashion_mnist_path_on_fake_idx_files(tmp_path):
+@pytest.mark.slow  # ~35 s of CPU (70 s on 2 busy cores): the CNN's compilation
+def test_fashion_mnist_path_on_fake_idx_files(tmp_path, monkeypatch):
   """The Fashion-MNIST column (the released protocol's partition, CNN, standardized
-  inputs) read from four IDX files written here; --quick sizes."""
+  inputs) read from four IDX files written here; --quick sizes; by default the updates
+  start from the initial model (round 0)."""
   folder = str(tmp_path / "fmnist")
   write_dataset(folder, 400, 100, size=28)
   out = str(tmp_path / "out")
+  seen = _spy_rounds(monkeypatch)
   tables = fedgs_table2.run_all(
     config_lib.get_config(),
     out,
@@ -137,7 +149,7 @@ def test_fashion_mnist_path_on_fake_idx_files(tmp_path):
     p, rec, f1 = (float(x.split(" ± ")[0]) for x in r[2:5])
     assert 0.0 <= p <= 1.0 and 0.0 <= rec <= 1.0
     assert math.isclose(f1, 2 * p * rec / (p + rec), rel_tol=1e-4) if p + rec else f1 == 0
-  assert "updates from the initial model" in tables["table3"]
+  assert seen == [0] and "updates from the initial model" in tables["table3"]
   with open(os.path.join(out, "table3_config.json")) as f:
     saved = json.load(f)
   assert saved["table3"]["warmup_rounds"] == 0 and saved["seeds"] == [0]
