@@ -462,7 +462,7 @@ def table2(columns, cfg, method_keys, output_dir, seeds, resume, mode_filter=())
       row.append(common.fmt(*common.mean_std(best), digits=3) if best else "")
     rows.append(row)
   title = (
-    f"FedGS Table 2: optimal test loss, mean ± std over seeds {seeds} "
+    f"FedGS Table 2: optimal test loss, {seeds_phrase(seeds)}, {rounds_phrase(columns)} "
     f"({', '.join(c.label for c in columns)})"
   )
   md = results.write_table(os.path.join(output_dir, "table2"), header, rows, title)
@@ -491,7 +491,8 @@ def table2(columns, cfg, method_keys, output_dir, seeds, resume, mode_filter=())
     os.path.join(output_dir, "table2_vs_paper"),
     ["dataset", "mode", "method", "ours", "std", "paper", "ours - paper", "|diff| > 0.02"],
     cmp_rows,
-    "FedGS Table 2: ours vs paper (optimal test loss)",
+    f"FedGS Table 2: ours vs paper (optimal test loss); ours: {seeds_phrase(seeds)}, "
+    f"{rounds_phrase(columns)}; paper: mean of 3 seeds",
   )
   _plot_table2_curves(runs, cfg, columns, method_keys, output_dir)
   return runs, md
@@ -558,6 +559,22 @@ def fig4(runs, cfg, columns, output_dir):
       plt.close(fig)
       written.append(path)
   return written
+
+
+def seeds_phrase(seeds) -> str:
+  """How a table's heading names its seeds: a spread over several, or one seed's value."""
+  seeds = list(seeds)
+  if len(seeds) == 1:
+    return f"seed {seeds[0]} only (± 0.000: one seed, not a spread)"
+  return f"mean ± std over seeds {seeds}"
+
+
+def rounds_phrase(columns) -> str:
+  """``"500 rounds"``, or each column's rounds where they differ."""
+  rounds = {col.label: int(col.base.rounds) for col in columns}
+  if len(set(rounds.values())) == 1:
+    return f"{next(iter(rounds.values()))} rounds"
+  return ", ".join(f"{r} rounds ({label})" for label, r in rounds.items())
 
 
 # ------------------------------------------------------------------------------ Table 3

@@ -133,7 +133,7 @@ def test_an_unknown_study_is_refused_with_the_known_names():
 # under results/, not the per-run cell files nor the per-round participation series).
 SECTIONS = ("## In one minute", "## Results", "## Verdict per claim")
 RESULTS = {
-  "fedgs": ("fedgs_table2", "fedgs_fmnist"),
+  "fedgs": ("fedgs_table2", "fedgs_fmnist", "fedgs_table3_fmnist"),
   "fl_fdms": ("fl_fdms_fmnist_mlp", "fl_fdms_fmnist_mlp_markov", "fl_fdms_fmnist_mlp_oracle"),
   "fedemd": ("fedemd_fmnist",),
   "clustered_sampling": ("clustered_sampling_fmnist", "clustered_sampling_fmnist_order"),
