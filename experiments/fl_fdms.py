@@ -517,12 +517,14 @@ def run_study(
     )
     figures.append(path)
   if similarity is not None:
+    general = config.get("setting", "clustered") == "general"
     path = os.path.join(output_dir, "fig4_similarity.png")
     plot_similarity(
       similarity[0],
       path,
       f"FL-FDMS Fig. 4: final similarity scores R (α={similarity[1]:g}, "
       f"seed {similarity[2]}, {base.dataset} + {base.model})",
+      *(["client j (general non-iid setting: no clusters)"] if general else []),
     )
     figures.append(path)
   return {
@@ -537,7 +539,12 @@ def run_study(
   }
 
 
-def plot_similarity(matrix: np.ndarray, path: str, title: str) -> None:
+def plot_similarity(
+  matrix: np.ndarray,
+  path: str,
+  title: str,
+  xlabel: str = "client j (clusters are consecutive ids)",
+) -> None:
   """Heat map of the [N, N] running similarity scores (NaN = never compared, grey)."""
   import matplotlib
 
@@ -551,7 +558,7 @@ def plot_similarity(matrix: np.ndarray, path: str, title: str) -> None:
   ticks = np.arange(0, n, max(1, n // 10))
   ax.set_xticks(ticks)
   ax.set_yticks(ticks)
-  ax.set_xlabel("client j (clusters are consecutive ids)")
+  ax.set_xlabel(xlabel)
   ax.set_ylabel("client i")
   ax.set_title(title + "\n(grey: pair never co-active)", fontsize=9)
   fig.colorbar(im, ax=ax, label="R_ij = mean of (cos + 1) / 2 (unitless, 0 to 1)")
