@@ -134,7 +134,12 @@ def test_an_unknown_study_is_refused_with_the_known_names():
 SECTIONS = ("## In one minute", "## Results", "## Verdict per claim")
 RESULTS = {
   "fedgs": ("fedgs_table2", "fedgs_fmnist", "fedgs_table3_fmnist"),
-  "fl_fdms": ("fl_fdms_fmnist_mlp", "fl_fdms_fmnist_mlp_markov", "fl_fdms_fmnist_mlp_oracle"),
+  "fl_fdms": (
+    "fl_fdms_fmnist_mlp",
+    "fl_fdms_fmnist_mlp_markov",
+    "fl_fdms_fmnist_mlp_oracle",
+    "fl_fdms_fmnist_mlp_general",
+  ),
   "fedemd": ("fedemd_fmnist",),
   "clustered_sampling": ("clustered_sampling_fmnist", "clustered_sampling_fmnist_order"),
   "fedar": ("fedar_fmnist",),
