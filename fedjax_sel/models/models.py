@@ -115,6 +115,31 @@ class MLP(nn.Module):
     return _logits(_dense(self.num_classes, x, self.param_init, self.dtype))
 
 
+def _conv_pool_stack(module, x, widths, kernel: int, padding: str):
+  """``conv -> ReLU -> 2x2 max pool`` per width, then flattened: the CNNs' feature stack.
+
+  Called inside a module's compact ``__call__``, so the layers are that module's own
+  (``Conv_0``, ``Conv_1``, ... in order); under half precision they compute in
+  ``module.dtype``."""
+  conv = _conv(module.conv_impl)
+  x = x.astype(module.dtype)
+  for width in widths:
+    kw = {
+      **layer_inits(module.param_init, x.shape[-1] * kernel * kernel),
+      **conv_kwargs(module.dtype),
+    }
+    x = nn.relu(conv(width, (kernel, kernel), padding=padding, **kw)(x))
+    x = max_pool_2x2(x)
+  return x.reshape((x.shape[0], -1))
+
+
+def _dense_head(module, x, hidden, num_classes: int):
+  """ReLU dense layers of the given widths, then the float32 logits."""
+  for width in hidden:
+    x = nn.relu(_dense(width, x, module.param_init, module.dtype))
+  return _logits(_dense(num_classes, x, module.param_init, module.dtype))
+
+
 class MnistCNN(nn.Module):
   """The CNN of McMahan et al. 2017 (FedAvg) for 28x28 images.
 
@@ -129,17 +154,8 @@ class MnistCNN(nn.Module):
 
   @nn.compact
   def __call__(self, x):
-    conv = _conv(self.conv_impl)
-    # 5x5 kernels; under half precision the layers compute in self.dtype
-    init = lambda x: {**layer_inits(self.param_init, x.shape[-1] * 25), **conv_kwargs(self.dtype)}
-    x = x.astype(self.dtype)
-    x = nn.relu(conv(32, (5, 5), padding="SAME", **init(x))(x))
-    x = max_pool_2x2(x)
-    x = nn.relu(conv(64, (5, 5), padding="SAME", **init(x))(x))
-    x = max_pool_2x2(x)
-    x = x.reshape((x.shape[0], -1))
-    x = nn.relu(_dense(512, x, self.param_init, self.dtype))
-    return _logits(_dense(self.num_classes, x, self.param_init, self.dtype))
+    x = _conv_pool_stack(self, x, (32, 64), kernel=5, padding="SAME")
+    return _dense_head(self, x, (512,), self.num_classes)
 
 
 class CifarCNN(nn.Module):
@@ -152,18 +168,8 @@ class CifarCNN(nn.Module):
 
   @nn.compact
   def __call__(self, x):
-    conv = _conv(self.conv_impl)
-    # 5x5 kernels; under half precision the layers compute in self.dtype
-    init = lambda x: {**layer_inits(self.param_init, x.shape[-1] * 25), **conv_kwargs(self.dtype)}
-    x = x.astype(self.dtype)
-    x = nn.relu(conv(32, (5, 5), padding="VALID", **init(x))(x))
-    x = max_pool_2x2(x)
-    x = nn.relu(conv(64, (5, 5), padding="VALID", **init(x))(x))
-    x = max_pool_2x2(x)
-    x = x.reshape((x.shape[0], -1))
-    x = nn.relu(_dense(384, x, self.param_init, self.dtype))
-    x = nn.relu(_dense(192, x, self.param_init, self.dtype))
-    return _logits(_dense(self.num_classes, x, self.param_init, self.dtype))
+    x = _conv_pool_stack(self, x, (32, 64), kernel=5, padding="VALID")
+    return _dense_head(self, x, (384, 192), self.num_classes)
 
 
 class Stl10CNN(nn.Module):
@@ -184,16 +190,8 @@ class Stl10CNN(nn.Module):
 
   @nn.compact
   def __call__(self, x):
-    conv = _conv(self.conv_impl)
-    # 3x3 kernels; under half precision the layers compute in self.dtype
-    init = lambda x: {**layer_inits(self.param_init, x.shape[-1] * 9), **conv_kwargs(self.dtype)}
-    x = x.astype(self.dtype)
-    for width in self.channels:
-      x = nn.relu(conv(width, (3, 3), padding="SAME", **init(x))(x))
-      x = max_pool_2x2(x)
-    x = x.reshape((x.shape[0], -1))
-    x = nn.relu(_dense(self.hidden, x, self.param_init, self.dtype))
-    return _logits(_dense(self.num_classes, x, self.param_init, self.dtype))
+    x = _conv_pool_stack(self, x, tuple(self.channels), kernel=3, padding="SAME")
+    return _dense_head(self, x, (self.hidden,), self.num_classes)
 
 
 GROUP_NORM_EPS = 1e-5  # PyTorch's nn.GroupNorm / nn.BatchNorm2d default
