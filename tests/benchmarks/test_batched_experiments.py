@@ -2,9 +2,12 @@
 
 import json
 
+import pytest
+
 from benchmarks import batched_experiments
 
 
+@pytest.mark.slow  # ~50-100 s: a benchmark smoke test, run with -m slow
 def test_quick_logreg_json(capsys):
   assert batched_experiments.main(["--json", "--quick", "--models=logreg"]) == 0
   records = [json.loads(x) for x in capsys.readouterr().out.strip().splitlines()]

@@ -31,6 +31,7 @@ def _lines(capsys):
   return [json.loads(line) for line in capsys.readouterr().out.strip().splitlines()]
 
 
+@pytest.mark.slow  # a benchmark smoke test of 40-60 s, run with -m slow
 def test_round_speed_quick_logreg_json_keys(capsys):
   assert round_speed.main(["--json", "--quick", "--models=logreg", "--no_torch"]) == 0
   (record,) = _lines(capsys)
@@ -153,6 +154,7 @@ def test_round_speed_half_precision_prints_ratios_and_host_flags(capsys):
   assert 0 < record["delta_rel_diff"]["bfloat16"] < 0.05
 
 
+@pytest.mark.slow  # a benchmark smoke test of 40-60 s, run with -m slow
 def test_bf16_ops_prints_every_family_with_ratios_and_host_flags(capsys):
   assert bf16_ops.main(["--json", "--quick", "--repeats=1"]) == 0
   (record,) = _lines(capsys)
