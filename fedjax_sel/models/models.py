@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_sel.core.registry import Registry, check_range, is_integer
+from fedjax_sel.core.registry import Registry, check_count, check_range, is_integer
 from fedjax_sel.models.conv_ops import canonical_conv, max_pool_2x2
 from fedjax_sel.models.im2col import im2col_conv
 from fedjax_sel.models.precision import FULL, compute_dtype, conv_kwargs, dense_kwargs
@@ -203,6 +203,21 @@ def _norm(groups: int, dtype) -> nn.Module:
   return nn.GroupNorm(num_groups=groups, epsilon=GROUP_NORM_EPS, **conv_kwargs(dtype))
 
 
+PAD_1 = ((1, 1), (1, 1))  # PyTorch's padding=1
+
+
+def _bias_free_conv(module, features: int, kernel: int, strides: int, padding, inputs):
+  """A ``kernel`` x ``kernel`` convolution without bias, as PyTorch's ResNets, in the calling
+  module's compact scope (``module.conv_impl``, ``param_init`` and ``dtype``)."""
+  init = layer_inits(module.param_init, inputs.shape[-1] * kernel * kernel)
+  init.pop("bias_init", None)
+  kw = {**init, **conv_kwargs(module.dtype)}
+  conv = _conv(module.conv_impl)
+  return conv(
+    features, (kernel, kernel), (strides, strides), padding=padding, use_bias=False, **kw
+  )(inputs)
+
+
 class BasicBlock(nn.Module):
   """ResNet's basic block: two 3x3 convolutions with a norm each and an identity shortcut,
   or a 1x1 strided convolution + norm where the shape changes (He et al. 2016, option B)."""
@@ -216,17 +231,10 @@ class BasicBlock(nn.Module):
 
   @nn.compact
   def __call__(self, x):
-    conv = _conv(self.conv_impl)
-
     def layer(features, kernel, strides, padding, inputs):
-      fan_in = inputs.shape[-1] * kernel * kernel
-      init = layer_inits(self.param_init, fan_in)
-      init.pop("bias_init", None)  # bias-free convolutions, as PyTorch's ResNets
-      kw = {**init, **conv_kwargs(self.dtype)}
-      k, s = (kernel, kernel), (strides, strides)
-      return conv(features, k, s, padding=padding, use_bias=False, **kw)(inputs)
+      return _bias_free_conv(self, features, kernel, strides, padding, inputs)
 
-    same = ((1, 1), (1, 1))  # PyTorch's padding=1 (flax's "SAME" pads (0, 1) at stride 2)
+    same = PAD_1  # PyTorch's padding=1 (flax's "SAME" pads (0, 1) at stride 2)
     y = nn.relu(_norm(self.norm_groups, self.dtype)(layer(self.features, 3, self.strides, same, x)))
     y = _norm(self.norm_groups, self.dtype)(layer(self.features, 3, 1, same, y))
     if self.strides != 1 or x.shape[-1] != self.features:
@@ -257,18 +265,7 @@ class ResNet18(nn.Module):
 
   @nn.compact
   def __call__(self, x):
-    conv = _conv(self.conv_impl)
-    x = x.astype(self.dtype)
-    init = layer_inits(self.param_init, x.shape[-1] * 9)
-    init.pop("bias_init", None)
-    x = conv(
-      self.width,
-      (3, 3),
-      padding=((1, 1), (1, 1)),
-      use_bias=False,
-      **init,
-      **conv_kwargs(self.dtype),
-    )(x)
+    x = _bias_free_conv(self, self.width, 3, 1, PAD_1, x.astype(self.dtype))
     x = nn.relu(_norm(self.norm_groups, self.dtype)(x))
     for stage, mult in enumerate((1, 2, 4, 8)):
       for block in range(2):
@@ -388,11 +385,6 @@ def make_cnn_cifar(
   return _wrap(module, "cnn_cifar", input_shape, num_classes, conv=True)
 
 
-def _check_width(name, value):
-  if not is_integer(value, strict=True) or value < 1:
-    raise ValueError(f"{name}={value!r}; allowed: integers >= 1")
-
-
 @_REGISTRY.register("cnn_stl10")
 def make_cnn_stl10(
   input_shape,
@@ -411,7 +403,7 @@ def make_cnn_stl10(
   channels = tuple(channels)
   if len(channels) != 3 or any(not is_integer(c, strict=True) or c < 1 for c in channels):
     raise ValueError(f"channels={channels!r}; allowed: three integers >= 1")
-  _check_width("hidden", hidden)
+  check_count("hidden", hidden, strict=True)
   dtype = compute_dtype(half_precision)
   impl = resolve_conv_impl(conv_impl)
   module = Stl10CNN(num_classes, channels, int(hidden), impl, param_init, dtype)
@@ -433,8 +425,8 @@ def make_resnet18(
   ``width``); ``conv_impl``, ``param_init``, ``half_precision`` as ``cnn_cifar``."""
   _check(input_shape, num_classes, param_init, half_precision)
   _check_image("resnet18", input_shape, 8)
-  _check_width("width", width)
-  _check_width("norm_groups", norm_groups)
+  check_count("width", width, strict=True)
+  check_count("norm_groups", norm_groups, strict=True)
   if width % norm_groups:
     raise ValueError(
       f"norm_groups={norm_groups!r} does not divide width={width!r}; allowed: divisors of width"

@@ -83,6 +83,16 @@ def test_resnet18_layout_groupnorm_and_stride_two_stages():
   assert shortcuts == [(1, 1, 64, 128), (1, 1, 128, 256), (1, 1, 256, 512)]
   assert params["Dense_0"]["kernel"].shape == (512, 10)
   assert "bias" not in params["Conv_0"]  # bias-free convolutions
+  # stages 2-4 start with stride 2: on 32x32 inputs the blocks' outputs are 32, 16, 8, 4 wide
+  module, x = models.ResNet18(10, width=4), jnp.zeros((1, *SVHN))
+
+  def intermediates():
+    variables = module.init(jax.random.PRNGKey(0), x)
+    return module.apply(variables, x, capture_intermediates=True)[1]["intermediates"]
+
+  out = jax.eval_shape(intermediates)
+  sides = [out[f"BasicBlock_{i}"]["__call__"][0].shape[1:] for i in range(8)]
+  assert sides == [(s, s, 4 * m) for s, m in ((32, 1), (16, 2), (8, 4), (4, 8)) for _ in range(2)]
 
 
 # Small widths keep the compiles short; each (model, hparams) is built, initialised and
@@ -202,11 +212,16 @@ def test_torch_init_bounds_by_fan_in():
   "name,shape,hparams,match",
   [
     ("resnet18", SVHN, {"width": 6, "norm_groups": 4}, "norm_groups=4 does not divide width=6"),
-    ("resnet18", SVHN, {"width": 0}, r"width=0; allowed: integers >= 1"),
-    ("resnet18", SVHN, {"norm_groups": 2.0}, r"norm_groups=2.0; allowed: integers >= 1"),
+    ("resnet18", SVHN, {"width": 0}, r"width=0 is out of range; allowed: integers >= 1"),
+    (
+      "resnet18",
+      SVHN,
+      {"norm_groups": 2.0},
+      r"norm_groups=2.0 is out of range; allowed: integers >= 1",
+    ),
     ("resnet18", (60,), {}, "model 'resnet18' needs image inputs"),
     ("cnn_stl10", STL, {"channels": (8, 8)}, r"channels=\(8, 8\); allowed: three integers"),
-    ("cnn_stl10", STL, {"hidden": -1}, r"hidden=-1; allowed: integers >= 1"),
+    ("cnn_stl10", STL, {"hidden": -1}, r"hidden=-1 is out of range; allowed: integers >= 1"),
     ("cnn_stl10", (4, 4, 3), {}, "model 'cnn_stl10' needs image inputs"),
     ("cnn_stl10", STL, {"conv_impl": "cudnn"}, "conv_impl='cudnn'"),
   ],
