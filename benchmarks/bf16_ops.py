@@ -34,6 +34,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from benchmarks import _common as C
+from fedjax_sel.models.im2col import image_patches
 
 F32, BF16 = jnp.float32, jnp.bfloat16
 NHWC = ("NHWC", "HWIO", "NHWC")
@@ -56,11 +57,9 @@ def _batched(lhs, rhs, cast):
   return lax.dot_general(lhs, rhs, dn)
 
 
-def _patches(x, k=5):
-  p = k // 2
-  x = jnp.pad(x, ((0, 0), (p, p), (p, p), (0, 0)))
-  h, w = x.shape[1] - 2 * p, x.shape[2] - 2 * p
-  return jnp.concatenate([x[:, i : i + h, j : j + w, :] for i in range(k) for j in range(k)], -1)
+def _patches(x):
+  """The im2col patches of a 5x5 SAME convolution, as the CNNs build them."""
+  return image_patches(x, (5, 5), (1, 1), "SAME")
 
 
 def _patches_u16(x):

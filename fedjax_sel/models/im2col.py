@@ -17,6 +17,26 @@ from fedjax_sel.models.conv_ops import nhwc_conv
 from fedjax_sel.models.precision import HALF, mixed_matmul
 
 
+def image_patches(x, kernel, window_strides, padding):
+  """The im2col patch matrix of NHWC ``x``: ``[N, ho, wo, kh*kw*C]``, the kh*kw shifted
+  (strided) slices concatenated on the channel axis in order (i, j, c). ``padding``: a
+  ``lax`` padding string or ((top, bottom), (left, right))."""
+  kh, kw = kernel
+  sh, sw = window_strides
+  if isinstance(padding, str):
+    padding = jax.lax.padtype_to_pads(x.shape[1:3], (kh, kw), (sh, sw), padding)
+  (pt, pb), (pl, pr) = padding
+  x = jnp.pad(x, ((0, 0), (pt, pb), (pl, pr), (0, 0)))
+  h, w = x.shape[1], x.shape[2]
+  ho, wo = (h - kh) // sh + 1, (w - kw) // sw + 1
+  cols = [
+    x[:, i : i + (ho - 1) * sh + 1 : sh, j : j + (wo - 1) * sw + 1 : sw, :]
+    for i in range(kh)
+    for j in range(kw)
+  ]
+  return jnp.concatenate(cols, axis=-1)
+
+
 @nhwc_conv
 def im2col_conv(lhs, rhs, window_strides, padding, precision, preferred_element_type):
   """``lax.conv_general_dilated`` for NHWC x HWIO as patches @ kernel (im2col).
@@ -34,19 +54,7 @@ def im2col_conv(lhs, rhs, window_strides, padding, precision, preferred_element_
   if preferred_element_type is not None:
     return None
   kh, kw, cin, cout = rhs.shape
-  sh, sw = window_strides
-  if isinstance(padding, str):
-    padding = jax.lax.padtype_to_pads(lhs.shape[1:3], (kh, kw), (sh, sw), padding)
-  (pt, pb), (pl, pr) = padding
-  x = jnp.pad(lhs, ((0, 0), (pt, pb), (pl, pr), (0, 0)))
-  h, w = x.shape[1], x.shape[2]
-  ho, wo = (h - kh) // sh + 1, (w - kw) // sw + 1
-  cols = [
-    x[:, i : i + (ho - 1) * sh + 1 : sh, j : j + (wo - 1) * sw + 1 : sw, :]
-    for i in range(kh)
-    for j in range(kw)
-  ]
-  patches = jnp.concatenate(cols, axis=-1)  # [N, ho, wo, kh*kw*cin], order (i, j, c)
+  patches = image_patches(lhs, (kh, kw), window_strides, padding)
   if lhs.dtype == HALF and precision is None:  # half precision: float32 accumulation
     return mixed_matmul(patches, rhs.reshape(kh * kw * cin, cout).astype(HALF))
   return jnp.einsum("nhwk,ko->nhwo", patches, rhs.reshape(kh * kw * cin, cout), precision=precision)
