@@ -150,6 +150,11 @@ def fedgs() -> None:
     f"Fashion-MNIST cells, seed 0: {min(per_round):.2f}-{max(per_round):.2f} s per run and "
     "round (seconds_per_round / experiments_in_program)"
   )
+  print(
+    f"Fashion-MNIST cells, seed 0: a 500-round run {500 * min(per_round) / 60:.1f}-"
+    f"{500 * max(per_round) / 60:.1f} min, the {len(per_round)} runs of the seed "
+    f"{500 * sum(per_round) / 3600:.1f} h"
+  )
   fedgs_synthetic_rows()
   fedgs_table3_table4()
 
@@ -621,6 +626,51 @@ def fedemd_ablations() -> None:
       print(f"{folder}, {r['method']}: R@99 {r['1 excl']}{seeds}")
 
 
+def fedemd_first_reading_random() -> None:
+  """Random's committed cells under the first reading: the rounds of its best accuracy, and
+  seed 1's first rounds (the run the cross-CPU check repeats)."""
+  best = []
+  for folder in (f"{FIRST}/table1", f"{FIRST}/fig4"):
+    for name in sorted(os.listdir(f"{RESULTS}/{folder}/cells")):
+      for seed in sorted(os.listdir(f"{RESULTS}/{folder}/cells/{name}")):
+        if name.endswith("_random"):
+          _, h = cell(f"{folder}/cells/{name}/{seed}")
+          best.append(max(h, key=lambda r: r["test_accuracy"])["round"])
+  print(
+    f"first reading, Random's {len(best)} committed cells (Table 1 and Fig. 4): best accuracy "
+    f"at rounds {spread(best)}"
+  )
+  _, h = cell(f"{FIRST}/table1/cells/1_excl_random/seed1")
+  print(
+    "first reading, Table 1, seed 1, Random: test accuracy at rounds 1-3 "
+    + " / ".join(f"{100 * r['test_accuracy']:.2f}" for r in h[:3])
+    + " %"
+  )
+
+
+def fedemd_cost() -> None:
+  """Seconds per round of the text's reading's Table 1 (both lr units) and Fig. 4 cells: a
+  program's seconds over its rounds, shared among the cells it ran."""
+  per_cell = {"random": [], "fedemd": []}
+  fig4_random = []
+  for folder in (f"{DEFAULT}/table1", f"{TEXT_PP}/table1", f"{DEFAULT}/fig4"):
+    for name in sorted(os.listdir(f"{RESULTS}/{folder}/cells")):
+      method = name.rsplit("_", 1)[1]
+      for seed in sorted(os.listdir(f"{RESULTS}/{folder}/cells/{name}")):
+        s, _ = cell(f"{folder}/cells/{name}/{seed}")
+        rate = s["seconds"] / s.get("experiments_in_program", 1) / s["rounds"]
+        per_cell[method].append(rate)
+        if folder.endswith("fig4") and method == "random":
+          fig4_random.append(rate)
+  for method, rates in per_cell.items():
+    print(
+      f"cost, text's reading, Table 1 (both lr units) and Fig. 4, {method}: "
+      f"{min(rates):.1f}-{max(rates):.1f} s/round over its {len(rates)} cells "
+      "(a program's seconds / rounds / cells in it)"
+    )
+  print(f"cost, Fig. 4, random: {np.mean(fig4_random):.1f} s/round on average over its cells")
+
+
 def fedemd() -> None:
   print("# the text's reading: D_c from label distributions, size-weighted FedAvg")
   fedemd_text_table1(f"{DEFAULT}/table1", "StepLR per round")
@@ -629,8 +679,10 @@ def fedemd() -> None:
   fedemd_text_diagnoses()
   fedemd_maverick_blocks()
   fedemd_per_class()
+  fedemd_cost()
   print("# the first reading (ablation): D_c from raw counts, plain mean, StepLR per participation")
   fedemd_first_reading()
+  fedemd_first_reading_random()
   fedemd_ablations()
 
 
