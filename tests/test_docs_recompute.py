@@ -104,6 +104,25 @@ CASES = [
   ("fedemd", "fedemd: 6.1-22.9 s/round", "6.1-22.9 s/round\nfor FedEMD", "fedemd.md"),
   ("fedemd", "random: 9.7 s/round on average", "9.7\non average in its", "fedemd.md"),
   ("fedemd", "best accuracy at rounds 174-195", "(rounds 174-195", "fedemd.md"),
+  # the run times in clustered_sampling.md's commands (comments in a code block)
+  (
+    "clustered_sampling",
+    "fmnist_order: the 30 runs' programs took 81 min",
+    "updates (81 min on two shared CPU cores)",
+    "clustered_sampling.md",
+  ),
+  (
+    "clustered_sampling",
+    "numpy1_ties: the 9 runs' programs took 8 min",
+    "(8 min)",
+    "clustered_sampling.md",
+  ),
+  (
+    "clustered_sampling",
+    "dirichlet_exact: the 12 runs' programs took 29 min",
+    "(29 min)",
+    "clustered_sampling.md",
+  ),
   (
     "fedemd",
     "seed 1, Random: test accuracy at rounds 1-3 64.03 / 67.49 / 69.52 %",

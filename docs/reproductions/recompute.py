@@ -716,6 +716,25 @@ def clustered_sampling() -> None:
             + ", ".join(f"{m} {v - acc[reference]:+.2f}" for m, v in acc.items() if m != reference)
           )
   clustered_sampling_md_law()
+  clustered_sampling_cost()
+
+
+def clustered_sampling_cost() -> None:
+  """Wall time of the committed one-class and exact-update runs: their programs' seconds."""
+  for folder in (
+    "clustered_sampling_fmnist_order",
+    "clustered_sampling_fmnist_order/numpy1_ties",
+    "clustered_sampling_fmnist_order/dirichlet_exact",
+  ):
+    summaries = [
+      cell(f"{folder}/cells/{name}/{seed}")[0]
+      for name in sorted(os.listdir(f"{RESULTS}/{folder}/cells"))
+      for seed in sorted(os.listdir(f"{RESULTS}/{folder}/cells/{name}"))
+    ]
+    print(
+      f"{folder}: the {len(summaries)} runs' programs took {seconds_of(summaries) / 60:.0f} min "
+      "(seconds / experiments_in_program, summed)"
+    )
 
 
 def clustered_sampling_md_law() -> None:
