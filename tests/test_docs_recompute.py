@@ -100,6 +100,13 @@ CASES = [
   ("fedar", "p = 0.22", "p = 0.22-0.65", "fedar.md"),
   ("fedar", "p = 0.65", "p = 0.22-0.65", "fedar.md"),
   ("fedgs", "a 500-round run 14.6-14.9 min", "takes about 15 minutes", "fedgs.md"),
+  ("fedgs", "the 12 runs of the seed 3.0 h", "runs of one seed take about 3 hours", "fedgs.md"),
+  (
+    "fedgs",
+    "81 runs, at their mean rate 20 h",
+    "(81 runs) would take about\n  20 hours",
+    "fedgs.md",
+  ),
   ("fedemd", "random: 6.0-19.2 s/round", "6.0-19.2 s/round for Random", "fedemd.md"),
   ("fedemd", "fedemd: 6.1-22.9 s/round", "6.1-22.9 s/round\nfor FedEMD", "fedemd.md"),
   ("fedemd", "random: 9.7 s/round on average", "9.7\non average in its", "fedemd.md"),
