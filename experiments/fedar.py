@@ -3,6 +3,9 @@ r"""FedAR (Jiang et al.): client unavailability with memory and staleness-rectif
   python -m experiments.fedar --output_dir=runs/fedar
   python -m experiments.fedar --quick --output_dir=/tmp/fedar
   python -m experiments.fedar --data_dir=~/tensorflow_datasets --output_dir=runs/fedar_mnist
+  # the paper's Fig. 4 (p_min sweep) and Fig. 5 (number of clients N), same cells/ folder:
+  python -m experiments.fedar --config.sweep=pmin --output_dir=runs/fedar
+  python -m experiments.fedar --config.sweep=num_clients --output_dir=runs/fedar
   # the paper's SVHN with ResNet-18 (GroupNorm), weight decay 0.001 (Sec. 6.1):
   python -m experiments.fedar --data_dir=~/tensorflow_datasets --output_dir=runs/fedar_svhn \
     --config.real_dataset=svhn_cropped --config.real_model=resnet18 \
@@ -12,17 +15,29 @@ r"""FedAR (Jiang et al.): client unavailability with memory and staleness-rectif
 each round with a fixed p_i ~ U[p_min, 1] (``bernoulli``); every available client trains
 K = 5 local steps (lr 0.1, batch 64). Methods: FedAR (rho = 0.1), MIFA, FedVARP, FedAvg-IS,
 FedAvg (S = 50), Scaffold (client update ``scaffold`` + FedAvg) and FedAvg with every client
-always available (the ideal reference of the bias table).
+always available (the ideal reference of the bias table); two MIFA controls: ``mifa_seen``
+(averaged over the clients seen so far: FedAR with rho = 0, no cutoff) and ``mifa_step``
+(MIFA's update times ``mifa_step_scale``, FedAR's larger step).
 
 Writes ``accuracy.{csv,md}`` (final test accuracy and train loss, methods x p_min; Fig. 2),
 ``bias.{csv,md}`` (per-client accuracy mean, variance, worst 10 %, best 10 % at
-``bias_p_min``; Table 3), ``fig2_pmin<p>.png`` (train loss and test accuracy curves),
-``fig3_distribution.png`` (histogram of per-client accuracies) and ``cells/`` to
---output_dir.
+``bias_p_min``; Table 3), ``per_seed.{csv,md}`` (every run's final test accuracy and train
+loss), ``significance.{csv,md}`` (FedAR against each method at each p_min: mean
+difference and the paired t-test over seeds; Table 2), ``fig2_pmin<p>.png`` (train loss and
+test accuracy curves), ``fig3_distribution.png`` (histogram of per-client accuracies) and
+``cells/`` to --output_dir.
+
+With ``--config.sweep=pmin`` (Fig. 4) or ``--config.sweep=num_clients`` (Fig. 5) it runs
+that sweep instead and writes ``sweep_<sweep>.{csv,md}`` (final values, methods x sweep
+value), ``sweep_<sweep>.png``, ``sweep_<sweep>_per_seed.{csv,md}`` and
+``sweep_<sweep>_significance.{csv,md}``. A cell is named by what it changes:
+``pmin<p>_<method>`` (the main study's names, so a sweep into the same --output_dir reads
+the main study's finished cells back) and ``n<N>_pmin<p>_<method>`` where N is not the
+base's.
 
 References:
   Jiang, Zhou, Zhang, Chakraborty, "FedAR: Addressing Client Unavailability in Federated
-  Learning with Local Update Approximation and Rectification", Sec. 6, Fig. 2-3, Table 3.
+  Learning with Local Update Approximation and Rectification", Sec. 6, Fig. 2-5, Tables 2-3.
 """
 
 from __future__ import annotations
@@ -33,16 +48,20 @@ import jax
 import ml_collections
 import numpy as np
 from absl import app, flags
+from scipy import stats
 
 from experiments import common
 from experiments.fl_fdms import dataset_cache, final_state
 from fedjax_sel import experiment, models
+from fedjax_sel.core.registry import check_count, check_range
 from fedjax_sel.data import loaders
 from fedjax_sel.metrics import results
 
 METHODS = {
   "fedar": "FedAR",
   "mifa": "MIFA",
+  "mifa_seen": "MIFA over seen clients (control)",
+  "mifa_step": "MIFA, FedAR's step (control)",
   "fedvarp": "FedVARP",
   "fedavg_is": "FedAvg-IS",
   "fedavg_s50": "FedAvg (S=50)",
@@ -50,6 +69,10 @@ METHODS = {
   "fedavg_full": "FedAvg (all clients always available)",
 }
 BIAS_METHODS = ("fedar", "mifa", "fedvarp", "fedavg_full")  # the rows of Table 3
+REFERENCE = "fedar"  # the significance table tests FedAR against every other method
+# --config.sweep: "none" (the main study: Fig. 2, Tables 2-3) or a hyper-parameter figure,
+# with the column name of its swept value
+SWEEPS = {"none": "", "pmin": "p_min", "num_clients": "N"}
 TINY_ENV = common.TINY_ENV
 
 
@@ -68,12 +91,29 @@ def prepare_config(
 ) -> ml_collections.ConfigDict:
   """The study config after --quick, --rounds and --data_dir (a copy)."""
   c = ml_collections.ConfigDict(config.to_dict())
-  unknown = sorted(set(c.methods) - set(METHODS))
-  if unknown:
-    raise ValueError(f"unknown method(s) {unknown}; known: {', '.join(METHODS)}")
-  for p in c.p_mins:
+  for field in ("methods", "sweep_methods"):
+    unknown = sorted(set(c[field]) - set(METHODS))
+    if unknown:
+      raise ValueError(f"unknown method(s) {unknown} in {field}; known: {', '.join(METHODS)}")
+  for p in (*c.p_mins, *c.sweep_p_mins, c.sweep_fixed_p_min):
     if not 0.0 <= float(p) <= 1.0:
       raise ValueError(f"p_min={p!r} is out of range; allowed: [0, 1]")
+  for n in c.sweep_num_clients:
+    check_count("num_clients", n, strict=True)
+  if c.sweep not in SWEEPS:
+    raise ValueError(f"sweep={c.sweep!r} is not allowed; allowed: {', '.join(SWEEPS)}")
+  for field in ("sweep_p_mins", "sweep_num_clients"):
+    if not c[field]:
+      raise ValueError(f"{field}={tuple(c[field])!r} is empty; allowed: one value or more")
+  # the check of MIFA's step_scale, named by the study's field
+  check_range(
+    "mifa_step_scale",
+    c.mifa_step_scale,
+    0.0,
+    float("inf"),
+    low_inclusive=False,
+    high_inclusive=False,
+  )
   check_real_choice(c)
   if quick:
     c.base.rounds = c.quick_rounds
@@ -82,6 +122,9 @@ def prepare_config(
     c.methods = tuple(c.quick_methods)
     c.bias_p_min = float(c.p_mins[0])
     c.plot_distribution = False
+    c.sweep_methods = tuple(c.quick_sweep_methods)
+    c.sweep_p_mins = tuple(c.quick_sweep_p_mins)
+    c.sweep_num_clients = tuple(c.quick_sweep_num_clients)
   if rounds:
     c.base.rounds = int(rounds)
   if data_dir:
@@ -92,10 +135,23 @@ def prepare_config(
   return c
 
 
-def cell_config(config: ml_collections.ConfigDict, method: str, p_min: float | None):
-  """The experiment config of one (method, p_min) cell; ``fedavg_full`` ignores p_min."""
+def cell_config(
+  config: ml_collections.ConfigDict,
+  method: str,
+  p_min: float | None,
+  num_clients: int | None = None,
+):
+  """The experiment config of one (method, p_min) cell; ``fedavg_full`` ignores p_min.
+
+  ``num_clients`` (Fig. 5) replaces the base's N (None: the base's); a base where every
+  available client trains (clients_per_round >= N) keeps doing so.
+  """
   c = ml_collections.ConfigDict(config.base.to_dict())
   empty = ml_collections.ConfigDict
+  if num_clients is not None:
+    every = int(c.clients_per_round) >= int(c.num_clients)
+    c.num_clients = int(num_clients)
+    c.clients_per_round = c.num_clients if every else min(int(c.clients_per_round), c.num_clients)
   if method == "fedavg_full":
     c.availability = "always"
     c.availability_hparams = empty()
@@ -109,6 +165,12 @@ def cell_config(config: ml_collections.ConfigDict, method: str, p_min: float | N
   elif method in ("mifa", "fedvarp", "fedavg_is"):
     c.aggregator = method
     c.aggregator_hparams = empty()
+  elif method == "mifa_seen":  # = FedAR with rho = 0 and no cutoff
+    c.aggregator = "mifa"
+    c.aggregator_hparams = empty({"average_over": "seen"})
+  elif method == "mifa_step":  # a float hparam: batches with plain MIFA
+    c.aggregator = "mifa"
+    c.aggregator_hparams = empty({"step_scale": float(config.mifa_step_scale)})
   elif method == "fedavg_s50":
     c.selection = "uniform"
     c.clients_per_round = min(int(config.fedavg_cohort), int(c.num_clients))
@@ -132,8 +194,151 @@ def cells(config: ml_collections.ConfigDict) -> list[tuple[str, str, float | Non
   return out
 
 
-def name_of(method: str, p_min: float) -> str:
-  return "fedavg_full" if method == "fedavg_full" else f"pmin{float(p_min):g}_{method}"
+def name_of(method: str, p_min: float | None, num_clients: int | None = None) -> str:
+  """A cell's folder name: ``pmin<p>_<method>`` (``fedavg_full``: no p_min), prefixed with
+  ``n<N>_`` where N is not the base's (``num_clients`` not None)."""
+  prefix = "" if num_clients is None else f"n{int(num_clients)}_"
+  return prefix + ("fedavg_full" if method == "fedavg_full" else f"pmin{float(p_min):g}_{method}")
+
+
+def sweep_cells(
+  config: ml_collections.ConfigDict,
+) -> list[tuple[str, str, float, int | None, float | int]]:
+  """``[(cell name, method, p_min, num_clients or None, swept value)]`` of ``config.sweep``.
+
+  ``"pmin"``: every p_min of ``sweep_p_mins`` (the main study's cell names); ``"num_clients"``:
+  every N of ``sweep_num_clients`` at ``sweep_fixed_p_min`` (None where N is the base's, so
+  that cell is the main study's too). A ``fedavg_full`` cell repeats under every p_min.
+  """
+  base_n = int(config.base.num_clients)
+  out = []
+  if config.sweep == "pmin":
+    for p in config.sweep_p_mins:
+      for m in config.sweep_methods:
+        out.append((name_of(m, p), m, float(p), None, float(p)))
+  elif config.sweep == "num_clients":
+    p = float(config.sweep_fixed_p_min)
+    for n in config.sweep_num_clients:
+      num_clients = None if int(n) == base_n else int(n)
+      for m in config.sweep_methods:
+        out.append((name_of(m, p, num_clients), m, p, num_clients, int(n)))
+  return out
+
+
+def study_cells(
+  config: ml_collections.ConfigDict,
+) -> list[tuple[str, str, float | None, int | None]]:
+  """``[(cell name, method, p_min, num_clients)]`` that ``run_study`` runs (by ``sweep``)."""
+  if config.sweep == "none":
+    return [(name, m, p, None) for name, m, p in cells(config)]
+  return [(name, m, p, n) for name, m, p, n, _ in sweep_cells(config)]
+
+
+def per_seed_rows(runs: dict, seeds: list[int], keyed: list[tuple[str, str, object]]) -> list:
+  """``[cell, method label, key, seed, final test acc (%), final train loss]`` of every run.
+
+  ``keyed`` is ``[(cell name, method, key value)]``; ``runs[cell]`` lists the runs in the
+  order of ``seeds``. The accuracy is rounded to 4 decimals (in %) and the loss to 6, the
+  values ``per_seed.csv`` holds, so the significance table recomputes from the file.
+  """
+  rows = []
+  for name, method, key in keyed:
+    for seed, (summary, history) in zip(seeds, runs[name], strict=True):
+      acc = round(100 * float(summary["final_test_accuracy"]), 4)
+      rows.append([name, METHODS[method], key, int(seed), acc, round(history[-1]["train_loss"], 6)])
+  return rows
+
+
+def paired_test(reference: dict, other: dict) -> tuple[float, float, float, int]:
+  """``(mean difference, t, p, pairs)``: ``reference`` minus ``other``, paired by seed.
+
+  ``reference`` and ``other`` map seed -> value; the pairs are the seeds both hold (same
+  seed: the same availability draw and initial model). t and p are the paired t-test's
+  (``scipy.stats.ttest_rel``, two-sided; t = mean(d) / (std(d, ddof=1) / sqrt(n)), n - 1
+  degrees of freedom), nan with fewer than two pairs.
+  """
+  seeds = sorted(set(reference) & set(other))
+  a = np.asarray([reference[s] for s in seeds], np.float64)
+  b = np.asarray([other[s] for s in seeds], np.float64)
+  d = a - b
+  mean = float(np.mean(d)) if seeds else float("nan")
+  if len(seeds) < 2:
+    return mean, float("nan"), float("nan"), len(seeds)
+  if np.all(d == d[0]):  # no spread: scipy's limits (t = ±inf, p = 0; nan if d = 0), unwarned
+    if mean == 0.0:
+      return mean, float("nan"), float("nan"), len(seeds)
+    return mean, float(np.copysign(np.inf, mean)), 0.0, len(seeds)
+  test = stats.ttest_rel(a, b)
+  return mean, float(test.statistic), float(test.pvalue), len(seeds)
+
+
+def significance_rows(per_seed: list, key_values: list, labels: list[str]) -> list[list[str]]:
+  """FedAR against each method of ``labels`` at each key value, from ``per_seed_rows``.
+
+  Rows ``[method, key, mean difference (points), t, p, seeds]``, FedAR minus the method in
+  points of final test accuracy; "n/a" for t and p with fewer than two seeds.
+  """
+  acc: dict = {}
+  for _, label, key, seed, value, _ in per_seed:
+    acc.setdefault((label, key), {})[seed] = value
+  reference = METHODS[REFERENCE]
+  rows = []
+  for key in key_values:
+    for label in labels:
+      if label == reference:
+        continue
+      diff, t, p, n = paired_test(acc[(reference, key)], acc[(label, key)])
+      tested = n >= 2
+      rows.append(
+        [
+          label,
+          key,
+          f"{diff:+.2f}",
+          f"{t:.3f}" if tested else "n/a",
+          f"{p:.3g}" if tested else "n/a",
+          n,
+        ]
+      )
+  return rows
+
+
+def write_significance(
+  output_dir: str, stem: str, per_seed: list, key: str, key_values: list, methods, title: str
+) -> str:
+  """``<stem>_per_seed`` and, where FedAR ran beside another method, ``<stem>_significance``
+  tables (no prefix for an empty stem); returns the significance table's Markdown."""
+  prefix = f"{stem}_" if stem else ""
+  per_seed_header = ["cell", "method", key, "seed", "final test acc (%)", "final train loss"]
+  results.write_table(
+    os.path.join(output_dir, f"{prefix}per_seed"),
+    per_seed_header,
+    [[c, m, f"{k:g}", s, f"{a:.4f}", f"{loss:.6f}"] for c, m, k, s, a, loss in per_seed],
+    f"{title}: every run's final values",
+  )
+  if REFERENCE not in methods or set(methods) == {REFERENCE}:
+    return ""
+  header = ["method", key, "FedAR minus method (points)", "t", "p (paired t-test)", "seeds"]
+  rows = significance_rows(per_seed, key_values, [METHODS[m] for m in methods])
+  return results.write_table(
+    os.path.join(output_dir, f"{prefix}significance"),
+    header,
+    [[m, f"{k:g}", *rest] for m, k, *rest in rows],
+    f"{title}: FedAR against each method, paired t-test over seeds (two-sided)",
+  )
+
+
+def final_rows(runs: dict, methods, names: dict[str, list[str]]) -> list[list[str]]:
+  """``[label, acc mean ± std per column..., loss mean ± std per column...]`` per method;
+  ``names[method]`` lists the method's cell of each column (std over seeds, ddof 0)."""
+  rows = []
+  for m in methods:
+    accs, losses = [], []
+    for name in names[m]:
+      r = runs[name]
+      accs.append(common.fmt(*common.mean_std([100 * s["final_test_accuracy"] for s, _ in r]), 2))
+      losses.append(common.fmt(*common.mean_std([h[-1]["train_loss"] for _, h in r]), 3))
+    rows.append([METHODS[m]] + accs + losses)
+  return rows
 
 
 def bias_row(summaries: list[dict]) -> list[str]:
@@ -163,36 +368,45 @@ def run_study(
   *,
   resume: bool = True,
 ) -> dict:
-  """Runs every (method, p_min) cell for every seed; writes tables and figures."""
+  """Runs every (method, p_min) cell for every seed; writes tables and figures.
+
+  With ``config.sweep`` other than "none", runs that sweep instead (``run_sweep``).
+  """
+  if config.sweep != "none":
+    return run_sweep(config, output_dir, seeds, resume=resume)
   os.makedirs(output_dir, exist_ok=True)
   load = dataset_cache()
   cfgs = {name: cell_config(config, method, p) for name, method, p in cells(config)}
   # every cell and seed; those of one program shape (e.g. the p_min sweep) run as one
   runs = common.run_named_cells(cfgs, output_dir, seeds, dataset_fn=load, resume=resume)
   base = config.base
-  setup = (
-    f"{base.dataset}, N={base.num_clients}, {base.labels_per_client} classes/client, "
-    f"{base.model}, K={base.local_steps}"
-  )
+  setup = setup_text(config)
   p_mins = [float(p) for p in config.p_mins]
   header = (
     ["method"]
     + [f"p_min={p:g}: final test acc (%)" for p in p_mins]
     + [f"p_min={p:g}: final train loss" for p in p_mins]
   )
-  rows = []
-  for m in config.methods:
-    accs, losses = [], []
-    for p in p_mins:
-      r = runs[name_of(m, p)]
-      accs.append(common.fmt(*common.mean_std([100 * s["final_test_accuracy"] for s, _ in r]), 2))
-      losses.append(common.fmt(*common.mean_std([h[-1]["train_loss"] for _, h in r]), 3))
-    rows.append([METHODS[m]] + accs + losses)
+  rows = final_rows(
+    runs, config.methods, {m: [name_of(m, p) for p in p_mins] for m in config.methods}
+  )
   md = results.write_table(
     os.path.join(output_dir, "accuracy"),
     header,
     rows,
     f"FedAR Fig. 2 (final values, mean ± std over seeds {seeds}): {setup}, {base.rounds} rounds",
+  )
+  per_seed = per_seed_rows(
+    runs, seeds, [(name_of(m, p), m, p) for p in p_mins for m in config.methods]
+  )
+  md += "\n" + write_significance(
+    output_dir,
+    "",
+    per_seed,
+    "p_min",
+    p_mins,
+    config.methods,
+    f"FedAR Table 2 ({setup}, {base.rounds} rounds, seeds {seeds})",
   )
   bias_header = ["method", "Mean (%)", "Var (%²)", "Worst 10% (%)", "Best 10% (%)"]
   bias_rows = []
@@ -240,10 +454,104 @@ def run_study(
   return {
     "accuracy": (header, rows),
     "bias": (bias_header, bias_rows),
+    "per_seed": per_seed,
     "markdown": md,
     "figures": figures,
     "runs": runs,
   }
+
+
+def setup_text(config: ml_collections.ConfigDict) -> str:
+  """The set-up in words, for table and figure titles."""
+  base = config.base
+  return (
+    f"{base.dataset}, N={base.num_clients}, {base.labels_per_client} classes/client, "
+    f"{base.model}, K={base.local_steps}"
+  )
+
+
+def run_sweep(
+  config: ml_collections.ConfigDict,
+  output_dir: str,
+  seeds: list[int],
+  *,
+  resume: bool = True,
+) -> dict:
+  """Fig. 4 (``sweep="pmin"``) or Fig. 5 (``"num_clients"``): every method of
+  ``sweep_methods`` at every swept value, for every seed; tables and the figure."""
+  os.makedirs(output_dir, exist_ok=True)
+  sweep, key = config.sweep, SWEEPS[config.sweep]
+  todo = sweep_cells(config)
+  cfgs = {name: cell_config(config, m, p, n) for name, m, p, n, _ in todo}
+  runs = common.run_named_cells(cfgs, output_dir, seeds, dataset_fn=dataset_cache(), resume=resume)
+  methods = tuple(config.sweep_methods)
+  values = list(dict.fromkeys(v for *_, v in todo))
+  names = {m: [name for name, mm, *_ in todo if mm == m] for m in methods}
+  base = config.base
+  if sweep == "pmin":
+    figure, setup = "Fig. 4", setup_text(config)
+  else:
+    figure = "Fig. 5"
+    setup = (
+      f"{base.dataset}, p_min={float(config.sweep_fixed_p_min):g}, "
+      f"{base.labels_per_client} classes/client, {base.model}, K={base.local_steps}"
+    )
+  header = (
+    ["method"]
+    + [f"{key}={v:g}: final test acc (%)" for v in values]
+    + [f"{key}={v:g}: final train loss" for v in values]
+  )
+  rows = final_rows(runs, methods, names)
+  title = f"FedAR {figure} ({setup}, {base.rounds} rounds, seeds {seeds})"
+  md = results.write_table(
+    os.path.join(output_dir, f"sweep_{sweep}"),
+    header,
+    rows,
+    f"{title}: final values, mean ± std over seeds",
+  )
+  per_seed = per_seed_rows(runs, seeds, [(name, m, v) for name, m, _, _, v in todo])
+  md += "\n" + write_significance(
+    output_dir, f"sweep_{sweep}", per_seed, key, values, methods, title
+  )
+  path = os.path.join(output_dir, f"sweep_{sweep}.png")
+  points = {}
+  for m in methods:
+    acc = [common.mean_std([100 * s["final_test_accuracy"] for s, _ in runs[n]]) for n in names[m]]
+    loss = [common.mean_std([h[-1]["train_loss"] for _, h in runs[n]]) for n in names[m]]
+    points[METHODS[m]] = (values, acc, loss)
+  xlabel = "p_min" if sweep == "pmin" else "number of clients N"
+  plot_sweep(points, path, xlabel, f"{title}; error bars: ± std over seeds")
+  return {
+    "table": (header, rows),
+    "per_seed": per_seed,
+    "markdown": md,
+    "figures": [path],
+    "runs": runs,
+  }
+
+
+def plot_sweep(points: dict, path: str, xlabel: str, title: str) -> None:
+  """Final train loss and test accuracy against the swept value, mean ± std over seeds as
+  error bars, one line per method (Figs. 4-5). ``points[label] = (values, [(acc mean, std)],
+  [(loss mean, std)])``."""
+  import matplotlib
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
+  for label, (values, acc, loss) in points.items():
+    a.errorbar(values, *zip(*loss, strict=True), marker="o", capsize=3, label=label)
+    b.errorbar(values, *zip(*acc, strict=True), marker="o", capsize=3, label=label)
+  a.set_ylabel("final training loss (cross-entropy, nats)")
+  b.set_ylabel("final test accuracy (%)")
+  for ax in (a, b):
+    ax.set_xlabel(xlabel)
+    ax.grid(alpha=0.3)
+  b.legend(fontsize=8)
+  fig.suptitle(title, fontsize=10)
+  results.save_figure(fig, path)
+  plt.close(fig)
 
 
 def plot_fig2(curves: dict, path: str, title: str) -> None:
@@ -304,7 +612,7 @@ def check_config(argv) -> tuple[ml_collections.ConfigDict, list[int]]:
   """The binary's flags and config, checked before anything runs: ``(config, seeds)``
   (``common.check_study``: the study's checks, then every cell's config for every seed)."""
   return common.check_study(
-    argv, prepare_config, lambda c: [cell_config(c, m, a) for _, m, a in cells(c)]
+    argv, prepare_config, lambda c: [cell_config(c, m, p, n) for _, m, p, n in study_cells(c)]
   )
 
 

@@ -10,7 +10,17 @@ rounds and the lr schedule are not given: we run 500 rounds at a constant lr.
 
 Baselines: MIFA, FedVARP, FedAvg-IS (1 / p_i importance weights), FedAvg (S = 50: at most
 50 of the available clients), Scaffold, and FedAvg with every client always available (the
-ideal row of the bias table, Table 3).
+ideal row of the bias table, Table 3). Two controls (not the paper's; add them to
+``methods``): ``mifa_seen``, MIFA averaged over the clients seen so far (= FedAR with rho = 0
+and no cutoff), and ``mifa_step``, MIFA with its update times ``mifa_step_scale`` (FedAR's
+step is about 1.05 x MIFA-over-seen's at p_min = 0.1, 1.02 at 0.5).
+
+``sweep`` runs one of the paper's hyper-parameter figures instead of the main study (both at
+CIFAR-10's challenging setting in the paper, without FedAvg (S = 50)): ``"pmin"`` (Fig. 4,
+p_min "spanning from 0.1 to 0.5": ``sweep_p_mins``) or ``"num_clients"`` (Fig. 5, N "from 80
+to 120", N = 110 named: ``sweep_num_clients`` at p_min = ``sweep_fixed_p_min``; the data set
+stays whole, so a client holds 1/N of it). The figures are images in our copy: their steps of
+0.1 and 10 are our reading of the text.
 
 Offline the dataset is scikit-learn's ``digits`` (the ``shards`` partition needs labels)
 with logistic regression, the paper's MNIST model; with --data_dir: ``real_dataset`` with
@@ -51,13 +61,22 @@ def get_config() -> ml_collections.ConfigDict:
   c.p_mins = (0.1, 0.5)
   c.methods = ("fedar", "mifa", "fedvarp", "fedavg_is", "fedavg_s50", "scaffold", "fedavg_full")
   c.rho = 0.1
+  c.mifa_step_scale = 1.05  # ``mifa_step``: MIFA's update times this (FedAR's step ~1.05x)
   c.fedavg_cohort = 50  # FedAvg (S = 50)
   c.bias_p_min = 0.1  # Table 3 is at the challenging setting
   c.plot_distribution = True  # Fig. 3: per-client accuracy histogram (restores final params)
   c.real_dataset = "mnist"  # with --data_dir; "svhn_cropped" for the paper's SVHN
   c.real_model = "logreg"  # "resnet18" for SVHN
+  c.sweep = "none"  # "none" (Fig. 2, Table 3), "pmin" (Fig. 4) or "num_clients" (Fig. 5)
+  c.sweep_methods = ("fedar", "mifa", "fedvarp", "fedavg_is", "scaffold")  # Fig. 4: no S=50
+  c.sweep_p_mins = (0.1, 0.2, 0.3, 0.4, 0.5)
+  c.sweep_num_clients = (80, 90, 100, 110, 120)
+  c.sweep_fixed_p_min = 0.1  # Fig. 5's p_min (the hyper-parameter figures' setting)
   c.quick_rounds = 4
   c.quick_eval_every = 2
   c.quick_p_mins = (0.1,)
   c.quick_methods = ("fedar", "fedavg_is", "scaffold", "fedavg_full")
+  c.quick_sweep_methods = ("fedar", "mifa")
+  c.quick_sweep_p_mins = (0.1, 0.5)
+  c.quick_sweep_num_clients = (20, 40)
   return c
