@@ -105,6 +105,8 @@ def prepare_config(
   for field in ("sweep_p_mins", "sweep_num_clients"):
     if not c[field]:
       raise ValueError(f"{field}={tuple(c[field])!r} is empty; allowed: one value or more")
+    if len(set(c[field])) < len(c[field]):
+      raise ValueError(f"{field}={tuple(c[field])!r} repeats a value; allowed: distinct values")
   # the check of MIFA's step_scale, named by the study's field
   check_range(
     "mifa_step_scale",

@@ -206,6 +206,11 @@ def test_sweeps_follow_the_paper():
     ("sweep_num_clients", (80.5,), "num_clients=80.5 is out of range; allowed: integers >= 1"),
     ("sweep_num_clients", (), "sweep_num_clients=() is empty; allowed: one value or more"),
     (
+      "sweep_p_mins",
+      (0.1, 0.3, 0.1),
+      "sweep_p_mins=(0.1, 0.3, 0.1) repeats a value; allowed: distinct values",
+    ),
+    (
       "sweep_methods",
       ("fedar", "fedavg_s5"),
       f"unknown method(s) ['fedavg_s5'] in sweep_methods; known: {', '.join(fedar.METHODS)}",
