@@ -22,18 +22,19 @@ always available (the ideal reference of the bias table); two MIFA controls: ``m
 Writes ``accuracy.{csv,md}`` (final test accuracy and train loss, methods x p_min; Fig. 2),
 ``bias.{csv,md}`` (per-client accuracy mean, variance, worst 10 %, best 10 % at
 ``bias_p_min``; Table 3), ``per_seed.{csv,md}`` (every run's final test accuracy and train
-loss), ``significance.{csv,md}`` (FedAR against each method at each p_min: mean
-difference and the paired t-test over seeds; Table 2), ``fig2_pmin<p>.png`` (train loss and
-test accuracy curves), ``fig3_distribution.png`` (histogram of per-client accuracies) and
-``cells/`` to --output_dir.
+loss), ``per_round.{csv,md}`` (every cell's seed-mean test accuracy at each evaluated round),
+``significance.{csv,md}`` (FedAR against each method at each p_min: mean difference and the
+paired t-test, pairs by ``significance_pairs``: seeds or rounds; Table 2),
+``fig2_pmin<p>.png`` (train loss and test accuracy curves), ``fig3_distribution.png``
+(histogram of per-client accuracies) and ``cells/`` to --output_dir.
 
 With ``--config.sweep=pmin`` (Fig. 4) or ``--config.sweep=num_clients`` (Fig. 5) it runs
 that sweep instead and writes ``sweep_<sweep>.{csv,md}`` (final values, methods x sweep
-value), ``sweep_<sweep>.png``, ``sweep_<sweep>_per_seed.{csv,md}`` and
-``sweep_<sweep>_significance.{csv,md}``. A cell is named by what it changes:
-``pmin<p>_<method>`` (the main study's names, so a sweep into the same --output_dir reads
-the main study's finished cells back) and ``n<N>_pmin<p>_<method>`` where N is not the
-base's.
+value), ``sweep_<sweep>.png``, ``sweep_<sweep>_per_seed.{csv,md}``,
+``sweep_<sweep>_per_round.{csv,md}`` and ``sweep_<sweep>_significance.{csv,md}``. A cell is
+named by what it changes: ``pmin<p>_<method>`` (the main study's names, so a sweep into the
+same --output_dir reads the main study's finished cells back) and ``n<N>_pmin<p>_<method>``
+where N is not the base's.
 
 References:
   Jiang, Zhou, Zhang, Chakraborty, "FedAR: Addressing Client Unavailability in Federated
@@ -73,6 +74,14 @@ REFERENCE = "fedar"  # the significance table tests FedAR against every other me
 # --config.sweep: "none" (the main study: Fig. 2, Tables 2-3) or a hyper-parameter figure,
 # with the column name of its swept value
 SWEEPS = {"none": "", "pmin": "p_min", "num_clients": "N"}
+# --config.significance_pairs: what Table 2's paired t-test pairs ("We compare the test
+# accuracy of FedAR against each of the baselines", pairs unnamed), with the words of its
+# table title: the final test accuracy of each seed, or the test-accuracy curve (seed mean)
+# at each evaluated round (``significance_rows``)
+PAIRINGS = {
+  "seeds": "over seeds (each seed's final test accuracy)",
+  "rounds": "over evaluated rounds (the seed-mean test accuracy curve)",
+}
 TINY_ENV = common.TINY_ENV
 
 
@@ -102,6 +111,11 @@ def prepare_config(
     check_count("num_clients", n, strict=True)
   if c.sweep not in SWEEPS:
     raise ValueError(f"sweep={c.sweep!r} is not allowed; allowed: {', '.join(SWEEPS)}")
+  if c.significance_pairs not in PAIRINGS:
+    allowed = ", ".join(PAIRINGS)
+    raise ValueError(
+      f"significance_pairs={c.significance_pairs!r} is not allowed; allowed: {allowed}"
+    )
   for field in ("sweep_p_mins", "sweep_num_clients"):
     if not c[field]:
       raise ValueError(f"{field}={tuple(c[field])!r} is empty; allowed: one value or more")
@@ -251,38 +265,74 @@ def per_seed_rows(runs: dict, seeds: list[int], keyed: list[tuple[str, str, obje
   return rows
 
 
-def paired_test(reference: dict, other: dict) -> tuple[float, float, float, int]:
-  """``(mean difference, t, p, pairs)``: ``reference`` minus ``other``, paired by seed.
+def per_round_rows(runs: dict, keyed: list[tuple[str, str, object]]) -> list:
+  """``[cell, method label, key, round, mean test acc over seeds (%)]`` at every round the
+  cell evaluated: the test-accuracy curve of Fig. 2, the values the "rounds" pairing tests.
 
-  ``reference`` and ``other`` map seed -> value; the pairs are the seeds both hold (same
-  seed: the same availability draw and initial model). t and p are the paired t-test's
-  (``scipy.stats.ttest_rel``, two-sided; t = mean(d) / (std(d, ddof=1) / sqrt(n)), n - 1
-  degrees of freedom), nan with fewer than two pairs.
+  ``keyed`` is ``[(cell name, method, key value)]``; ``runs[cell]`` lists ``(summary,
+  history)`` per seed, ``history`` the run's ``metrics.jsonl`` records. A round is the
+  cell's when every seed of the cell has a record of it (matched by the record's ``round``,
+  not its position: a seed stopped early drops the rounds it lacks for the whole cell), so
+  each value is a mean over the same seeds. Every evaluated round is kept (each
+  ``eval_every``-th and the last, from the first evaluation on): the paper names no window
+  and Fig. 2's curves, whose test accuracy this is, span the whole run. The mean is rounded
+  to 4 decimals (in %), the value ``per_round.csv`` holds, so the test recomputes from it.
   """
-  seeds = sorted(set(reference) & set(other))
-  a = np.asarray([reference[s] for s in seeds], np.float64)
-  b = np.asarray([other[s] for s in seeds], np.float64)
+  rows = []
+  for name, method, key in keyed:
+    curves = [
+      {int(r["round"]): float(r["test_accuracy"]) for r in history if "test_accuracy" in r}
+      for _, history in runs[name]
+    ]
+    shared = set(curves[0]).intersection(*curves[1:])
+    for t in sorted(shared):
+      acc = round(100 * float(np.mean([c[t] for c in curves])), 4)
+      rows.append([name, METHODS[method], key, t, acc])
+  return rows
+
+
+def paired_test(reference: dict, other: dict) -> tuple[float, float, float, int]:
+  """``(mean difference, t, p, pairs)``: ``reference`` minus ``other``, paired by key.
+
+  ``reference`` and ``other`` map a pairing key (a seed, or an evaluated round) -> value;
+  the pairs are the keys both hold (same seed: the same availability draw and initial model;
+  same round: the same point of training), matched by key and never by position. t and p
+  are the paired t-test's (``scipy.stats.ttest_rel``, two-sided; t = mean(d) / (std(d,
+  ddof=1) / sqrt(n)), n - 1 degrees of freedom), nan with fewer than two pairs.
+  """
+  keys = sorted(set(reference) & set(other))
+  a = np.asarray([reference[k] for k in keys], np.float64)
+  b = np.asarray([other[k] for k in keys], np.float64)
   d = a - b
-  mean = float(np.mean(d)) if seeds else float("nan")
-  if len(seeds) < 2:
-    return mean, float("nan"), float("nan"), len(seeds)
+  mean = float(np.mean(d)) if keys else float("nan")
+  if len(keys) < 2:
+    return mean, float("nan"), float("nan"), len(keys)
   if np.all(d == d[0]):  # no spread: scipy's limits (t = ±inf, p = 0; nan if d = 0), unwarned
     if mean == 0.0:
-      return mean, float("nan"), float("nan"), len(seeds)
-    return mean, float(np.copysign(np.inf, mean)), 0.0, len(seeds)
+      return mean, float("nan"), float("nan"), len(keys)
+    return mean, float(np.copysign(np.inf, mean)), 0.0, len(keys)
   test = stats.ttest_rel(a, b)
-  return mean, float(test.statistic), float(test.pvalue), len(seeds)
+  return mean, float(test.statistic), float(test.pvalue), len(keys)
 
 
-def significance_rows(per_seed: list, key_values: list, labels: list[str]) -> list[list[str]]:
-  """FedAR against each method of ``labels`` at each key value, from ``per_seed_rows``.
+def significance_rows(pair_rows: list, key_values: list, labels: list[str]) -> list[list[str]]:
+  """FedAR against each method of ``labels`` at each key value (Table 2).
 
-  Rows ``[method, key, mean difference (points), t, p, seeds]``, FedAR minus the method in
-  points of final test accuracy; "n/a" for t and p with fewer than two seeds.
+  ``pair_rows`` are ``per_seed_rows`` (the "seeds" pairing: each seed's final test
+  accuracy, paired by seed) or ``per_round_rows`` (the "rounds" pairing: the seed-mean test
+  accuracy at each evaluated round, paired by round number; where the two cells evaluated
+  different rounds, only the rounds both hold are pairs). Both are ``[cell, label, key, pair
+  key, test acc (%), ...]``. Rows ``[method, key, mean difference (points), t, p, pairs]``,
+  FedAR minus the method in points of test accuracy (with "rounds": the mean gap between
+  the curves); "n/a" for t and p with fewer than two pairs.
+
+  The rounds of one curve are not independent draws (each round's model is the last one
+  plus a step), so "rounds" p-values say how consistently one curve lies above the other,
+  not how likely the gap is to repeat under another seed; "seeds" is that test.
   """
   acc: dict = {}
-  for _, label, key, seed, value, _ in per_seed:
-    acc.setdefault((label, key), {})[seed] = value
+  for _, label, key, pair, value, *_ in pair_rows:
+    acc.setdefault((label, key), {})[pair] = value
   reference = METHODS[REFERENCE]
   rows = []
   for key in key_values:
@@ -305,10 +355,19 @@ def significance_rows(per_seed: list, key_values: list, labels: list[str]) -> li
 
 
 def write_significance(
-  output_dir: str, stem: str, per_seed: list, key: str, key_values: list, methods, title: str
+  output_dir: str,
+  stem: str,
+  per_seed: list,
+  per_round: list,
+  key: str,
+  key_values: list,
+  methods,
+  title: str,
+  pairs: str = "seeds",
 ) -> str:
-  """``<stem>_per_seed`` and, where FedAR ran beside another method, ``<stem>_significance``
-  tables (no prefix for an empty stem); returns the significance table's Markdown."""
+  """``<stem>_per_seed``, ``<stem>_per_round`` and, where FedAR ran beside another method,
+  ``<stem>_significance`` tables (no prefix for an empty stem), the t-test pairing by
+  ``pairs`` (``PAIRINGS``); returns the significance table's Markdown."""
   prefix = f"{stem}_" if stem else ""
   per_seed_header = ["cell", "method", key, "seed", "final test acc (%)", "final train loss"]
   results.write_table(
@@ -317,15 +376,31 @@ def write_significance(
     [[c, m, f"{k:g}", s, f"{a:.4f}", f"{loss:.6f}"] for c, m, k, s, a, loss in per_seed],
     f"{title}: every run's final values",
   )
+  per_round_header = ["cell", "method", key, "round", "mean test acc over seeds (%)"]
+  results.write_table(
+    os.path.join(output_dir, f"{prefix}per_round"),
+    per_round_header,
+    [[c, m, f"{k:g}", t, f"{a:.4f}"] for c, m, k, t, a in per_round],
+    f"{title}: every cell's test accuracy at each evaluated round, mean over seeds",
+  )
   if REFERENCE not in methods or set(methods) == {REFERENCE}:
     return ""
-  header = ["method", key, "FedAR minus method (points)", "t", "p (paired t-test)", "seeds"]
-  rows = significance_rows(per_seed, key_values, [METHODS[m] for m in methods])
+  header = [
+    "method",
+    key,
+    "paired by",
+    "FedAR minus method (points)",
+    "t",
+    "p (paired t-test)",
+    "pairs",
+  ]
+  pair_rows = {"seeds": per_seed, "rounds": per_round}[pairs]
+  rows = significance_rows(pair_rows, key_values, [METHODS[m] for m in methods])
   return results.write_table(
     os.path.join(output_dir, f"{prefix}significance"),
     header,
-    [[m, f"{k:g}", *rest] for m, k, *rest in rows],
-    f"{title}: FedAR against each method, paired t-test over seeds (two-sided)",
+    [[m, f"{k:g}", pairs, *rest] for m, k, *rest in rows],
+    f"{title}: FedAR against each method, paired t-test {PAIRINGS[pairs]}, two-sided",
   )
 
 
@@ -398,17 +473,19 @@ def run_study(
     rows,
     f"FedAR Fig. 2 (final values, mean ± std over seeds {seeds}): {setup}, {base.rounds} rounds",
   )
-  per_seed = per_seed_rows(
-    runs, seeds, [(name_of(m, p), m, p) for p in p_mins for m in config.methods]
-  )
+  keyed = [(name_of(m, p), m, p) for p in p_mins for m in config.methods]
+  per_seed = per_seed_rows(runs, seeds, keyed)
+  per_round = per_round_rows(runs, keyed)
   md += "\n" + write_significance(
     output_dir,
     "",
     per_seed,
+    per_round,
     "p_min",
     p_mins,
     config.methods,
     f"FedAR Table 2 ({setup}, {base.rounds} rounds, seeds {seeds})",
+    config.significance_pairs,
   )
   bias_header = ["method", "Mean (%)", "Var (%²)", "Worst 10% (%)", "Best 10% (%)"]
   bias_rows = []
@@ -457,6 +534,7 @@ def run_study(
     "accuracy": (header, rows),
     "bias": (bias_header, bias_rows),
     "per_seed": per_seed,
+    "per_round": per_round,
     "markdown": md,
     "figures": figures,
     "runs": runs,
@@ -511,9 +589,19 @@ def run_sweep(
     rows,
     f"{title}: final values, mean ± std over seeds",
   )
-  per_seed = per_seed_rows(runs, seeds, [(name, m, v) for name, m, _, _, v in todo])
+  keyed = [(name, m, v) for name, m, _, _, v in todo]
+  per_seed = per_seed_rows(runs, seeds, keyed)
+  per_round = per_round_rows(runs, keyed)
   md += "\n" + write_significance(
-    output_dir, f"sweep_{sweep}", per_seed, key, values, methods, title
+    output_dir,
+    f"sweep_{sweep}",
+    per_seed,
+    per_round,
+    key,
+    values,
+    methods,
+    title,
+    config.significance_pairs,
   )
   path = os.path.join(output_dir, f"sweep_{sweep}.png")
   points = {}
@@ -526,6 +614,7 @@ def run_sweep(
   return {
     "table": (header, rows),
     "per_seed": per_seed,
+    "per_round": per_round,
     "markdown": md,
     "figures": [path],
     "runs": runs,

@@ -149,6 +149,82 @@ def test_per_seed_rows_round_what_the_csv_holds():
     fedar.per_seed_rows(runs, [4, 5], [("c", "fedar", 0.1)])
 
 
+def runs_of(curves):
+  """Fake ``runs[cell]`` of {cell: [{round: test acc (fraction)} per seed]}."""
+  return {
+    cell: [
+      (
+        {"final_test_accuracy": c[max(c)]},
+        [{"round": t, "test_accuracy": c[t], "train_loss": 0.5} for t in c],
+      )
+      for c in seeds
+    ]
+    for cell, seeds in curves.items()
+  }
+
+
+def test_rounds_pairing_matches_the_hand_worked_example():
+  # two seeds each; seed means FedAR 50, 60, 70 % and MIFA 49, 58, 67 % at rounds 10, 20, 30:
+  # differences 1, 2, 3 points, so t = 2 sqrt 3 and p = 1 - t / sqrt(2 + t^2) = 0.0742, as in
+  # the seed example (2 degrees of freedom)
+  runs = runs_of(
+    {
+      "a": [{10: 0.49, 20: 0.61, 30: 0.70}, {10: 0.51, 20: 0.59, 30: 0.70}],
+      "b": [{10: 0.48, 20: 0.58, 30: 0.66}, {10: 0.50, 20: 0.58, 30: 0.68}],
+    }
+  )
+  per_round = fedar.per_round_rows(runs, [("a", "fedar", 0.1), ("b", "mifa", 0.1)])
+  assert per_round == [
+    ["a", "FedAR", 0.1, 10, 50.0],
+    ["a", "FedAR", 0.1, 20, 60.0],
+    ["a", "FedAR", 0.1, 30, 70.0],
+    ["b", "MIFA", 0.1, 10, 49.0],
+    ["b", "MIFA", 0.1, 20, 58.0],
+    ["b", "MIFA", 0.1, 30, 67.0],
+  ]
+  rows = fedar.significance_rows(per_round, [0.1], ["FedAR", "MIFA"])
+  t = 2 * math.sqrt(3)
+  assert rows == [["MIFA", 0.1, "+2.00", f"{t:.3f}", f"{1 - t / math.sqrt(2 + t**2):.3g}", 3]]
+  assert rows[0][3:5] == ["3.464", "0.0742"]
+  # the final accuracies of the same runs, paired by seed: another test (differences 4, 2)
+  per_seed = fedar.per_seed_rows(runs, [0, 1], [("a", "fedar", 0.1), ("b", "mifa", 0.1)])
+  assert fedar.significance_rows(per_seed, [0.1], ["FedAR", "MIFA"])[0][2:] == [
+    "+3.00",
+    "3.000",
+    f"{1 - 2 * math.atan(3) / math.pi:.3g}",  # one degree of freedom (Cauchy)
+    2,
+  ]
+
+
+def test_rounds_pair_by_round_number_and_intersect():
+  # FedAR's seed 1 stopped after round 30: the cell's curve is rounds 10-30 (a mean over the
+  # same seeds at every round), so round 40 is left out; MIFA evaluated round 15 too, which
+  # FedAR did not: left out. The pairs are rounds 10, 20, 30, the hand-worked example's.
+  runs = runs_of(
+    {
+      "a": [{10: 0.49, 20: 0.61, 30: 0.70, 40: 0.90}, {10: 0.51, 20: 0.59, 30: 0.70}],
+      "b": [
+        {10: 0.48, 15: 0.10, 20: 0.58, 30: 0.66, 40: 0.20},
+        {10: 0.50, 15: 0.10, 20: 0.58, 30: 0.68, 40: 0.20},
+      ],
+    }
+  )
+  per_round = fedar.per_round_rows(runs, [("a", "fedar", 0.1), ("b", "mifa", 0.1)])
+  assert [r[3] for r in per_round] == [10, 20, 30, 10, 15, 20, 30, 40]
+  assert [r[4] for r in per_round[:3]] == [50.0, 60.0, 70.0]
+  rows = fedar.significance_rows(per_round, [0.1], ["FedAR", "MIFA"])
+  assert rows == [["MIFA", 0.1, "+2.00", "3.464", "0.0742", 3]]
+  # paired by position instead of round number, the numbers differ (50, 60, 70 against
+  # 49, 10, 58)
+  wrong = stats.ttest_rel([50.0, 60.0, 70.0], [49.0, 10.0, 58.0])
+  assert f"{wrong.statistic:.3f}" != rows[0][3]
+  # no round in common, or one: no test
+  one = fedar.significance_rows(
+    [r for r in per_round if r[3] in (10, 15, 40)], [0.1], ["FedAR", "MIFA"]
+  )
+  assert one == [["MIFA", 0.1, "+1.00", "n/a", "n/a", 1]]
+
+
 # ----------------------------------------------------------------------------- the sweeps
 
 
@@ -220,6 +296,11 @@ def test_sweeps_follow_the_paper():
       0.0,
       "mifa_step_scale=0.0 is out of range; allowed: (0.0, inf)",
     ),
+    (
+      "significance_pairs",
+      "clients",
+      "significance_pairs='clients' is not allowed; allowed: seeds, rounds",
+    ),
   ],
 )
 def test_bad_sweep_values_are_named(field, value, message):
@@ -230,15 +311,19 @@ def test_bad_sweep_values_are_named(field, value, message):
   assert str(err.value) == message
 
 
-def test_binary_rejects_a_bad_sweep_in_one_line(tmp_path):
+@pytest.mark.parametrize(
+  "flag, message",
+  [
+    ("--config.sweep=fig5", "sweep='fig5' is not allowed; allowed: none, pmin, num_clients"),
+    (
+      "--config.significance_pairs=round",
+      "significance_pairs='round' is not allowed; allowed: seeds, rounds",
+    ),
+  ],
+)
+def test_binary_rejects_a_bad_choice_in_one_line(tmp_path, flag, message):
   p = subprocess.run(
-    [
-      sys.executable,
-      "-m",
-      "experiments.fedar",
-      "--config.sweep=fig5",
-      f"--output_dir={tmp_path}",
-    ],
+    [sys.executable, "-m", "experiments.fedar", flag, f"--output_dir={tmp_path}"],
     cwd=ROOT,
     env=dict(os.environ, JAX_PLATFORMS="cpu"),
     capture_output=True,
@@ -246,46 +331,51 @@ def test_binary_rejects_a_bad_sweep_in_one_line(tmp_path):
     timeout=300,
   )
   assert p.returncode == 2
-  assert p.stderr.strip().splitlines()[-1] == (
-    "error: sweep='fig5' is not allowed; allowed: none, pmin, num_clients"
-  )
+  assert p.stderr.strip().splitlines()[-1] == f"error: {message}"
   assert not os.listdir(tmp_path)
 
 
-def check_significance_file(out, stem, key):
-  """``<stem>significance.csv`` is the paired t-test of ``<stem>per_seed.csv``'s numbers."""
+def check_significance_file(out, stem, key, pairs="seeds"):
+  """``<stem>significance.csv`` is the paired t-test of ``<stem>per_seed.csv``'s numbers
+  (``pairs="seeds"``) or of ``<stem>per_round.csv``'s (``"rounds"``)."""
   per_seed = read_csv(out / f"{stem}per_seed.csv")
   assert per_seed[0] == ["cell", "method", key, "seed", "final test acc (%)", "final train loss"]
+  per_round = read_csv(out / f"{stem}per_round.csv")
+  assert per_round[0] == ["cell", "method", key, "round", "mean test acc over seeds (%)"]
   acc = {}
-  for _, label, value, seed, a, _ in per_seed[1:]:
-    acc.setdefault((label, value), {})[int(seed)] = float(a)
+  for _, label, value, pair, a, *_ in {"seeds": per_seed, "rounds": per_round}[pairs][1:]:
+    acc.setdefault((label, value), {})[int(pair)] = float(a)
   rows = read_csv(out / f"{stem}significance.csv")
   assert rows[0] == [
     "method",
     key,
+    "paired by",
     "FedAR minus method (points)",
     "t",
     "p (paired t-test)",
-    "seeds",
+    "pairs",
   ]
   assert len(rows) > 1
-  for label, value, diff, t, p, n in rows[1:]:
+  for label, value, paired_by, diff, t, p, n in rows[1:]:
+    assert paired_by == pairs
     ref, other = acc[("FedAR", value)], acc[(label, value)]
-    seeds = sorted(ref)
-    a, b = [ref[s] for s in seeds], [other[s] for s in seeds]
-    assert diff == f"{np.mean(np.subtract(a, b)):+.2f}" and int(n) == len(seeds)
-    if len(seeds) < 2:
+    keys = sorted(set(ref) & set(other))
+    a, b = [ref[k] for k in keys], [other[k] for k in keys]
+    assert diff == f"{np.mean(np.subtract(a, b)):+.2f}" and int(n) == len(keys)
+    if len(keys) < 2:
       assert (t, p) == ("n/a", "n/a")
     elif len(set(np.subtract(a, b))) > 1:
       test = stats.ttest_rel(a, b)
       assert (t, p) == (f"{test.statistic:.3f}", f"{test.pvalue:.3g}")
-  return per_seed, rows
+  return per_seed, per_round, rows
 
 
-def test_main_study_writes_per_seed_and_significance(tmp_path):
+def test_main_study_writes_per_seed_and_significance(tmp_path, monkeypatch):
   config = tiny(methods=("fedar", "mifa_step"))
+  config.base.eval_every = 1  # two evaluated rounds: a curve to pair
+  assert config.significance_pairs == "seeds"  # the default (provisional)
   out = fedar.run_study(config, str(tmp_path), [0, 1])
-  per_seed, rows = check_significance_file(tmp_path, "", "p_min")
+  per_seed, per_round, rows = check_significance_file(tmp_path, "", "p_min")
   # every run, with its summary's accuracy and last train loss
   assert len(per_seed) - 1 == 2 * 2
   for cell, _, _, seed, acc, loss in per_seed[1:]:
@@ -297,6 +387,22 @@ def test_main_study_writes_per_seed_and_significance(tmp_path):
   hp = json.loads((folder / "config.json").read_text())["config"]["aggregator_hparams"]
   assert hp == {"step_scale": 1.05}
   assert (tmp_path / "significance.md").read_text().startswith("### FedAR Table 2")
+  # per_round.csv: each cell's seed-mean test accuracy at rounds 1 and 2, from metrics.jsonl
+  assert [r[3] for r in per_round[1:]] == ["1", "2"] * 2
+  for cell, _, _, t, acc in per_round[1:]:
+    records = [out["runs"][cell][k][1][int(t) - 1] for k in (0, 1)]
+    assert [r["round"] for r in records] == [int(t)] * 2
+    mean = 100 * np.mean([r["test_accuracy"] for r in records])
+    assert float(acc) == pytest.approx(mean, abs=5e-5)
+  # "rounds": the same cells read back (nothing trains), the test over the curve
+  monkeypatch.setattr(common.experiment, "run_batch", pytest.fail)
+  config.significance_pairs = "rounds"
+  again = fedar.run_study(config, str(tmp_path), [0, 1])
+  assert again["per_seed"] == out["per_seed"] and again["per_round"] == out["per_round"]
+  _, _, rows = check_significance_file(tmp_path, "", "p_min", "rounds")
+  assert [(r[2], r[6]) for r in rows[1:]] == [("rounds", "2")]
+  title = (tmp_path / "significance.md").read_text().splitlines()[0]
+  assert "paired t-test over evaluated rounds (the seed-mean test accuracy curve)" in title
 
 
 def test_pmin_sweep_writes_table_figure_and_significance(tmp_path, monkeypatch):
@@ -314,7 +420,7 @@ def test_pmin_sweep_writes_table_figure_and_significance(tmp_path, monkeypatch):
     "p_min=0.1: final train loss",
     "p_min=0.5: final train loss",
   ]
-  per_seed, rows = check_significance_file(tmp_path, "sweep_pmin_", "p_min")
+  per_seed, _, rows = check_significance_file(tmp_path, "sweep_pmin_", "p_min")
   # the table's mean ± std (ddof 0) is the per-seed values'
   for row in table[1:]:
     for j, p in enumerate(("0.1", "0.5")):
