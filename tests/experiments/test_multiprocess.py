@@ -412,7 +412,13 @@ def _bound_s():
   return peer_failure.stale_after(distributed.heartbeat_timeout(30)) + 2 * peer_failure.BEAT_S
 
 
-@pytest.mark.parametrize("victim", [1, 0])
+@pytest.mark.parametrize(
+  "victim",
+  # process 0 (it writes the results and hosts the coordinator) in the default run; process
+  # 1 with -m slow: killing process 1 and resuming exactly is also
+  # test_a_process_killed_while_a_checkpoint_is_written's and the launch_local test's case
+  [0, pytest.param(1, marks=pytest.mark.slow)],
+)
 def test_a_killed_process_ends_the_other_with_one_line_and_the_relaunch_resumes_exactly(
   uninterrupted, tmp_path, victim
 ):
@@ -472,24 +478,30 @@ def test_a_process_killed_while_a_checkpoint_is_written(uninterrupted, tmp_path)
   assert "process 1 of 2 was lost" in line, line
   where = f"the last checkpoint is round {finished[-1]} in {out}" if finished else "no checkpoint"
   assert where in line, line
+  assert f"details: {out}/process_0.log" in line, line
+  assert not os.path.exists(os.path.join(out, "summary.json"))
   resumed = _relaunch_from(line, 0, out, tmp_path)
   assert [r["test_loss"] for r in resumed[1]] == [r["test_loss"] for r in uninterrupted[1]]
   assert [r["train_loss"] for r in resumed[1]] == [r["train_loss"] for r in uninterrupted[1]]
 
 
 @pytest.mark.parametrize(
-  "rounds,eval_every",
-  # the issue's 3,000-round run with -m slow (~40 s on two idle cores); in the default run
-  # the same 30 checkpoints in 60 rounds
-  [pytest.param(3000, 50, marks=pytest.mark.slow), (60, 2)],
+  "rounds,eval_every,checkpoints",
+  # the issue's 3,000-round run with 30 checkpoints with -m slow (~40 s on two idle cores); in
+  # the default run 10 checkpoints in 20 rounds (orbax's ~50 lines per checkpoint or JAX's
+  # start-up lines would still be far above the bound of 10)
+  [pytest.param(3000, 50, 30, marks=pytest.mark.slow), (20, 2, 10)],
 )
-def test_a_long_two_process_run_logs_at_most_a_line_per_checkpoint(tmp_path, rounds, eval_every):
+def test_a_long_two_process_run_logs_at_most_a_line_per_checkpoint(
+  tmp_path, rounds, eval_every, checkpoints
+):
   """The issue's MIFA run (30 checkpoints): besides the progress bar, at most one log line
   per checkpoint on either process's stderr (orbax's ~50 INFO lines per checkpoint and
   JAX's are off), and no Python traceback or C++ trace."""
   out = str(tmp_path / "long")
   args = ["--aggregator=mifa", f"--rounds={rounds}", f"--eval_every={eval_every}",
-          f"--checkpoint_every={rounds // 30}", "--progress", f"--output_dir={out}"]  # fmt: skip
+          f"--checkpoint_every={rounds // checkpoints}", "--progress",
+          f"--output_dir={out}"]  # fmt: skip
   procs, errs = [], []
   for i, c in enumerate(distributed.local_commands(2, args)):
     errs.append(open(tmp_path / f"stderr_{i}.txt", "w+"))  # noqa: SIM115
@@ -512,7 +524,7 @@ def test_a_long_two_process_run_logs_at_most_a_line_per_checkpoint(tmp_path, rou
   for text in texts:
     pieces = [p.strip() for p in re.split(r"[\r\n]", text) if p.strip()]
     lines = [p for p in pieces if not re.search(r"\d+%\|", p)]  # tqdm's bar, redrawn with \r
-    assert len(lines) <= 30, lines[:40]
+    assert len(lines) <= checkpoints, lines[:40]
     assert "Traceback" not in text and "Check failure" not in text
 
 
