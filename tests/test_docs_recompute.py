@@ -254,6 +254,12 @@ LINES = {
   ("fedar", "| rounds |"): "set-up: rounds and evaluation period",
   ("fedar", "**Budget of a CNN study (measured, not run).**"): "a timing of a study not run; "
   "nothing of it is committed",
+  ("fedar", "**The non-convex study (the MLP, 5 seeds), running.**"): "set-up: the sweeps' "
+  "ranges (p_min 0.1-0.5, N 80-120), a study still running",
+  ("fedar", "Plan, measured at load 5-6 on 2 cores"): "a plan: one cell's measured time per "
+  "round times the runs and rounds of a study still running",
+  ("fedar", "**What Table 2 pairs.**"): "the paper's p-values and the t they would need "
+  "(arithmetic of the t distribution), the number of evaluations of a 500-round run",
   ("fedar", "- **Shorter absences.**"): "the paper's 5-20 rounds",
   ("fedar", "- **Constants the paper does not give**"): "set-up: rounds and g(t)",
   ("fedar", "- **Per-client accuracies are coarse**"): "set-up arithmetic: 30 % of 600 test "
