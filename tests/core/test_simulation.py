@@ -1,5 +1,6 @@
 """The round loop: traced once, deterministic, 1 device == 4 devices, FedAvg learns."""
 
+import functools
 import json
 import os
 import subprocess
@@ -136,33 +137,40 @@ MULTI_DEVICE_SCRIPT = textwrap.dedent("""
     from core.test_simulation import make_sim
     from fedjax_sel.data.synthetic import synthetic
     data = synthetic(0.5, 0.5, num_clients=12, seed=3)
-    sim = make_sim(data, m=4, par={par!r})
-    state, _ = sim.run_rounds(sim.init(0), 5)
-    leaves = [np.asarray(x).ravel().tolist() for x in jax.tree_util.tree_leaves(state.params)]
-    print(json.dumps({{"n": jax.device_count(), "leaves": leaves}}))
+    out = {{"n": jax.device_count()}}
+    for par in {pars!r}:
+      sim = make_sim(data, m=4, par=par)
+      state, _ = sim.run_rounds(sim.init(0), 5)
+      out[par] = [np.asarray(x).ravel().tolist() for x in jax.tree_util.tree_leaves(state.params)]
+    print(json.dumps(out))
 """)
+SEVERAL_DEVICES = [("vmap", 4), ("auto", 2), ("lanes", 3), ("chunked:3", 2)]
 
 
-def _run_devices(n, par):
+@functools.cache
+def _run_devices(n):
+  """The parallelisms of SEVERAL_DEVICES run on ``n`` devices (every one of them on 1), in
+  one subprocess per device count (computed once per test process)."""
+  pars = [p for p, k in SEVERAL_DEVICES if n in (1, k)]
   env = dict(
     os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={n}", JAX_PLATFORMS="cpu"
   )
-  script = MULTI_DEVICE_SCRIPT.format(tests=os.path.dirname(os.path.dirname(__file__)), par=par)
+  script = MULTI_DEVICE_SCRIPT.format(tests=os.path.dirname(os.path.dirname(__file__)), pars=pars)
   out = subprocess.run(
     [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True
   )
   return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("par,n", [("vmap", 4), ("auto", 2), ("lanes", 3), ("chunked:3", 2)])
+@pytest.mark.parametrize("par,n", SEVERAL_DEVICES)
 def test_one_device_equals_several_devices(par, n):
   # auto on CPU: lanes; on several devices each runs lanes on its share of the cohort
   # (3 devices for 4 slots: one padded slot); chunks of 3 for 4 slots: two chunks, 2 padded
   # slots, whatever the device count
-  one = _run_devices(1, par)
-  several = _run_devices(n, par)
-  assert one["n"] == 1 and several["n"] == n
-  for a, b in zip(one["leaves"], several["leaves"]):
+  ones, severals = _run_devices(1), _run_devices(n)
+  assert ones["n"] == 1 and severals["n"] == n
+  assert len(ones[par]) == len(severals[par]) > 0
+  for a, b in zip(ones[par], severals[par]):
     np.testing.assert_allclose(a, b, atol=1e-5)
 
 
