@@ -1,5 +1,6 @@
 """The cohort engine equals a per-client sequential loop; masked slots change nothing."""
 
+import functools
 import json
 import os
 import subprocess
@@ -530,30 +531,34 @@ def cnn_engine_run(parallelism: str) -> dict:
   }
 
 
+@functools.cache
+def _cnn_engine_run(n, parallelism):
+  """CNN_ENGINE_SCRIPT's result on ``n`` CPU devices (a subprocess; once per test process)."""
+  env = dict(
+    os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={n}", JAX_PLATFORMS="cpu"
+  )
+  tests = os.path.dirname(os.path.dirname(__file__))
+  script = CNN_ENGINE_SCRIPT.format(tests=tests, parallelism=parallelism)
+  out = subprocess.run(
+    [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True
+  )
+  return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 @pytest.mark.parametrize("devices", [1, 2])
 def test_cnn_auto_one_client_per_device_equals_per_client_loop(devices):
   """auto for CNNs on CPU: the flat loop on one device, one lane per device on two (each a
-  flat loop over its share of the cohort); both equal the per-client loop and each other."""
-
-  def run(n, parallelism):
-    env = dict(
-      os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={n}", JAX_PLATFORMS="cpu"
-    )
-    tests = os.path.dirname(os.path.dirname(__file__))
-    script = CNN_ENGINE_SCRIPT.format(tests=tests, parallelism=parallelism)
-    out = subprocess.run(
-      [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True
-    )
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-  got = run(devices, "auto")
+  flat loop over its share of the cohort); both equal the per-client loop and each other
+  (the one-device run is computed once for both cases)."""
+  got = _cnn_engine_run(devices, "auto")
   assert got["devices"] == devices
   assert (got["kind"], got["lanes"]) == (("flat", 1) if devices == 1 else ("lanes", 1))
   assert got["max_diff"] < 1e-5 and got["loss_diff"] < 1e-5
   # 2 local epochs of ceil(n / 4) steps; the invalid slot runs none; no padding
   assert got["steps"] == [8, 6, 0, 2] and got["padded"] == 16.0
   if devices == 2:
-    one = run(1, "map")
+    one = _cnn_engine_run(1, "auto")
+    assert one["devices"] == 1 and one["kind"] == "flat"
     for a, b in zip(got["deltas"], one["deltas"]):
       np.testing.assert_allclose(a, b, atol=1e-5)
 
