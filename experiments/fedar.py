@@ -53,7 +53,7 @@ from scipy import stats
 
 from experiments import common
 from experiments.fl_fdms import dataset_cache, final_state
-from fedjax_sel import experiment, models
+from fedjax_sel import availability, experiment, models
 from fedjax_sel.core.registry import check_count, check_range
 from fedjax_sel.data import loaders
 from fedjax_sel.metrics import results
@@ -130,6 +130,13 @@ def prepare_config(
     low_inclusive=False,
     high_inclusive=False,
   )
+  if float(c.mean_absence) > 0:  # every p_min the study may use must allow it
+    for p in sorted({*c.p_mins, *c.sweep_p_mins, c.sweep_fixed_p_min}):
+      availability.make("bernoulli", p_min=float(p), mean_absence=float(c.mean_absence))
+  elif float(c.mean_absence) < 0:
+    raise ValueError(
+      f"mean_absence={c.mean_absence!r} is out of range; allowed: 0 (independent rounds) or >= 1"
+    )
   check_real_choice(c)
   if quick:
     c.base.rounds = c.quick_rounds
@@ -175,6 +182,8 @@ def cell_config(
     c.aggregator_hparams = empty()
     return c
   c.availability_hparams = empty({"p_min": float(p_min)})
+  if float(config.mean_absence) > 0:  # on/off chains with the same p_i (0: independent rounds)
+    c.availability_hparams.mean_absence = float(config.mean_absence)
   if method == "fedar":
     c.aggregator = "fedar"
     c.aggregator_hparams = empty({"rho": float(config.rho)})

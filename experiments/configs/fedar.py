@@ -76,6 +76,11 @@ def get_config() -> ml_collections.ConfigDict:
   c.p_mins = (0.1, 0.5)
   c.methods = ("fedar", "mifa", "fedvarp", "fedavg_is", "fedavg_s50", "scaffold", "fedavg_full")
   c.rho = 0.1
+  # 0: every round an independent draw (the text's "availability of all clients is
+  # independent"; absences of 1 / p_i rounds on average); m >= 9: on/off chains with the same
+  # p_i and absences of mean m rounds (its "most clients are inactive for 5-20 rounds, a few
+  # for more than 40": m = 10). ``bernoulli(mean_absence=m)``.
+  c.mean_absence = 0.0
   c.mifa_step_scale = 1.05  # ``mifa_step``: MIFA's update times this (FedAR's step ~1.05x)
   c.fedavg_cohort = 50  # FedAvg (S = 50)
   c.bias_p_min = 0.1  # Table 3 is at the challenging setting

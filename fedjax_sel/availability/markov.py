@@ -91,6 +91,11 @@ def make_markov(
   return AvailabilityModel(init=init, probs=_probs, sample=_sample)
 
 
+def make_markov_from_init(init) -> AvailabilityModel:
+  """The on/off chains' model with a given ``init(key, info) -> MarkovState``."""
+  return AvailabilityModel(init=init, probs=_probs, sample=_sample)
+
+
 def _probs(state: MarkovState, t: Array) -> Array:
   """P(on this round | last round's state)."""
   del t

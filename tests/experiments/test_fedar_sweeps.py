@@ -5,6 +5,7 @@ import csv
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 
@@ -53,6 +54,33 @@ def test_mifa_controls_are_named_methods():
     cell = cell.to_dict()
     assert {**cell, "aggregator_hparams": {}} == mifa
   assert fedar.METHODS["mifa_seen"] != fedar.METHODS["mifa_step"]
+
+
+def test_mean_absence_makes_on_off_chains_and_leaves_default_cells_alone():
+  config = fedar.prepare_config(fedar_config.get_config())
+  # default 0: the committed cells' availability hparams, unchanged (so --resume finds them)
+  for method in ("fedar", "mifa", "fedavg_is", "scaffold", "fedavg_s50"):
+    assert dict(fedar.cell_config(config, method, 0.1).availability_hparams) == {"p_min": 0.1}
+  config.mean_absence = 10.0
+  for method in ("fedar", "fedavg_is", "scaffold"):
+    cell = fedar.cell_config(config, method, 0.5)
+    assert cell.availability == "bernoulli"
+    assert dict(cell.availability_hparams) == {"p_min": 0.5, "mean_absence": 10.0}
+  assert fedar.cell_config(config, "fedavg_full", None).availability == "always"
+
+
+@pytest.mark.parametrize(
+  "value, message",
+  [
+    (5.0, "mean_absence=5.0 is too short for a smallest availability probability of 0.1"),
+    (-1.0, "mean_absence=-1.0 is out of range; allowed: 0 (independent rounds) or >= 1"),
+  ],
+)
+def test_bad_mean_absence_is_named(value, message):
+  config = fedar_config.get_config()
+  config.mean_absence = value
+  with pytest.raises(ValueError, match=re.escape(message)):
+    fedar.prepare_config(config)
 
 
 def test_main_study_cell_names_are_unchanged():
