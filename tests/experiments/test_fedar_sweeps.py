@@ -401,7 +401,8 @@ def check_significance_file(out, stem, key, pairs="seeds"):
 def test_main_study_writes_per_seed_and_significance(tmp_path, monkeypatch):
   config = tiny(methods=("fedar", "mifa_step"))
   config.base.eval_every = 1  # two evaluated rounds: a curve to pair
-  assert config.significance_pairs == "seeds"  # the default (provisional)
+  assert config.significance_pairs == "rounds"  # the default: the reading of the paper's p-values
+  config.significance_pairs = "seeds"
   out = fedar.run_study(config, str(tmp_path), [0, 1])
   per_seed, per_round, rows = check_significance_file(tmp_path, "", "p_min")
   # every run, with its summary's accuracy and last train loss
