@@ -42,7 +42,10 @@ References:
 
 from __future__ import annotations
 
+import inspect
 import os
+import time
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -52,11 +55,23 @@ from absl import app, flags, logging
 
 from experiments import common
 from fedjax_sel import experiment, models
-from fedjax_sel.data import loaders
+from fedjax_sel.core import simulation as sim_lib
+from fedjax_sel.core.types import (
+  Array,
+  ClientInfo,
+  PRNGKey,
+  PyTree,
+  Selection,
+  SelectionContext,
+  SelectionStrategy,
+)
+from fedjax_sel.data import loaders, partitions
 from fedjax_sel.data.federated import FederatedData, split_from_indices
 from fedjax_sel.data.loaders import num_local_test
 from fedjax_sel.metrics import results
+from fedjax_sel.selection import common as selection_common
 from fedjax_sel.selection import fedemd as fedemd_selection
+from fedjax_sel.selection import shapley as shapley_selection
 
 METHODS = {
   "random": "Random",
@@ -79,6 +94,9 @@ SELECTION = {
 TRAINING_DEPENDENT = ("tifl", "fedfast", "shapley")
 AGGREGATION_SETUPS = ("fedavg", "fedsgd")
 TINY_ENV = common.TINY_ENV
+# SVB's EMA factor (the study keeps the ``shapley`` default); App. A.3 reads the per-round
+# Shapley values back from it (``record_shapley``)
+SHAPLEY_MOMENTUM = inspect.signature(shapley_selection.make_shapley).parameters["momentum"].default
 
 
 # ----------------------------------------------------------------------------- data
@@ -157,14 +175,25 @@ def load_pool(dataset: str, data_dir: str):
 def maverick_data(config: ml_collections.ConfigDict, scenario: str, pool=None) -> FederatedData:
   """The FederatedData of one scenario (partition seed ``base.data_seed``)."""
   base = config.base
-  x, y, tx, ty, num_classes = pool if pool is not None else load_pool(base.dataset, base.data_dir)
+  pool = pool if pool is not None else load_pool(base.dataset, base.data_dir)
   k, shared = parse_scenario(scenario)
   rng = np.random.default_rng(base.data_seed)
-  parts = maverick_partition(y, base.num_clients, k, shared, tuple(config.maverick_classes), rng)
+  parts = maverick_partition(
+    pool[1], base.num_clients, k, shared, tuple(config.maverick_classes), rng
+  )
+  extras = {"partition": "mavericks", "mavericks": list(range(k)), "shared": shared}
+  return federated_data(config, pool, parts, rng, f"mavericks({scenario})", extras)
+
+
+def federated_data(config, pool, parts, rng, name: str, extras: dict) -> FederatedData:
+  """FederatedData of the clients' index lists ``parts``: each client's examples shuffled
+  and split by ``base.test_fraction`` into local train and test; the pool's test set is the
+  global one."""
+  x, y, tx, ty, num_classes = pool
   train_idx, test_idx = [], []
   for idx in parts:
     idx = rng.permutation(idx)
-    n_test = num_local_test(len(idx), float(base.test_fraction))
+    n_test = num_local_test(len(idx), float(config.base.test_fraction))
     test_idx.append(idx[:n_test])
     train_idx.append(idx[n_test:])
   return FederatedData(
@@ -173,8 +202,8 @@ def maverick_data(config: ml_collections.ConfigDict, scenario: str, pool=None) -
     test_x=np.asarray(tx, np.float32),
     test_y=np.asarray(ty, np.int32),
     num_classes=int(num_classes),
-    name=f"{base.dataset}/mavericks({scenario})",
-    extras={"partition": "mavericks", "mavericks": list(range(k)), "shared": shared},
+    name=f"{config.base.dataset}/{name}",
+    extras=extras,
   )
 
 
@@ -187,8 +216,14 @@ def prepare_config(
   """The study config after --quick, --rounds and --data_dir (a copy)."""
   c = ml_collections.ConfigDict(config.to_dict())
   unknown = sorted(set(c.methods) - set(METHODS))
+  if set(unknown) & set(SUPPLEMENT_METHODS):
+    raise ValueError(
+      f"method(s) {unknown} are App. A.4's: allowed only through --config.supplement=fig6; "
+      f"methods allowed: {', '.join(METHODS)}"
+    )
   if unknown:
     raise ValueError(f"unknown method(s) {unknown}; known: {', '.join(METHODS)}")
+  check_supplement(c)
   if "random" not in c.methods:
     raise ValueError("methods must include 'random': R@99 is relative to Random selection")
   for s in c.scenarios:
@@ -255,7 +290,7 @@ def cell_config(
   """One method's run config. ``max_examples``: the largest client's examples, FedSGD's
   batch size (0 keeps the base batch, e.g. when only checking the config)."""
   c = ml_collections.ConfigDict(config.base.to_dict())
-  c.selection = SELECTION[method]
+  c.selection = {**SELECTION, **SUPPLEMENT_SELECTION}[method]
   hp = {}
   if method == "tifl":
     t = config.tifl
@@ -392,7 +427,10 @@ def run_study(
   *,
   resume: bool = True,
 ) -> dict:
-  """Runs every (scenario, method) cell for every seed; writes tables and figures."""
+  """Runs every (scenario, method) cell for every seed; writes tables and figures
+  (``config.supplement``: that figure's cells instead, ``run_supplement``)."""
+  if config.get("supplement", ""):
+    return run_supplement(config, output_dir, seeds, resume=resume)
   os.makedirs(output_dir, exist_ok=True)
   base = config.base
   pool = load_pool(base.dataset, base.data_dir)
@@ -612,6 +650,404 @@ def plot_participation(traces: dict, uniform_rate: float, path: str, title: str)
   plt.close(fig)
 
 
+# ----------------------------------------------------------------------------- supplement
+# App. A.3-A.6 (``--config.supplement``): each figure is a fixed list of (scenario, method)
+# cells run round by round, with the per-round facts the figure needs in ``trace.jsonl``.
+SUPPLEMENTS = {
+  # Fig. 5: SVB's data-size fairness (Def. 3.3) with one exclusive Maverick
+  "fig5": (("1_excl", "shapley"),),
+  # Fig. 6: the i.i.d. upper bound, mav-never (lower bound), mav-random and mav-always
+  "fig6": (
+    ("iid", "random"),
+    ("1_excl", "mav_never"),
+    ("1_excl", "random"),
+    ("1_excl", "mav_always"),
+  ),
+  # Fig. 7: i.i.d.-random, size-het-svb, maverick-random, maverick-svb
+  "fig7": (
+    ("iid", "random"),
+    ("iid_sizehet", "shapley"),
+    ("1_excl", "random"),
+    ("1_excl", "shapley"),
+  ),
+}
+SUPPLEMENT_METHODS = {"mav_always": "mav-always", "mav_never": "mav-never"}
+# the selection name a supplement method's config records; its cohorts are built here
+SUPPLEMENT_SELECTION = {"mav_always": "uniform", "mav_never": "uniform"}
+IID_SCENARIOS = ("iid", "iid_sizehet")
+SUPPLEMENT_LABELS = {
+  ("iid", "random"): "i.i.d.-random",
+  ("iid_sizehet", "shapley"): "size-het-svb",
+  ("1_excl", "random"): "mav-random",
+  ("1_excl", "shapley"): "maverick-svb",
+  ("1_excl", "mav_never"): "mav-never",
+  ("1_excl", "mav_always"): "mav-always",
+}
+
+
+def make_maverick_selection(
+  num_selected: int, mavericks: list[int], num_clients: int, include: bool
+) -> SelectionStrategy:
+  """FedEMD App. A.4's protocols that know the Mavericks: always or never select them.
+
+  ``include=True`` (mav-always): every Maverick takes one slot of every round (while
+  available), the other ``M - k`` slots are drawn uniformly without replacement among the
+  available non-Mavericks. ``include=False`` (mav-never): M slots drawn uniformly among the
+  available non-Mavericks. Aggregation weights are FedAvg's ``n_k / sum n`` over the cohort
+  (as Random's).
+
+  Args:
+    num_selected: M, the number of cohort slots.
+    mavericks: the Mavericks' client ids (k >= 1; k < M for mav-always).
+    num_clients: N.
+    include: always (True) or never (False) select the Mavericks.
+
+  References:
+    Huang et al., FedEMD, App. A.4 and Fig. 6 (mav-always, mav-never).
+  """
+  num_selected = selection_common.check_num_selected(num_selected)
+  if not isinstance(include, (bool, np.bool_)):
+    raise ValueError(f"include={include!r}; allowed: True (mav-always) or False (mav-never)")
+  ids = [int(i) for i in mavericks]
+  if not ids or len(set(ids)) != len(ids) or min(ids) < 0 or max(ids) >= num_clients:
+    raise ValueError(
+      f"mavericks={list(mavericks)}; allowed: at least one distinct client id in [0, {num_clients})"
+    )
+  if include and len(ids) >= num_selected:
+    raise ValueError(
+      f"{len(ids)} Maverick(s) with clients_per_round={num_selected}; allowed for "
+      "mav-always: fewer Mavericks than slots"
+    )
+  is_maverick = np.zeros((num_clients,), bool)
+  is_maverick[ids] = True
+  maverick_ids = np.asarray(ids, np.int32)
+  num_drawn = num_selected - len(ids) if include else num_selected
+
+  def init(key: PRNGKey, info: ClientInfo) -> selection_common.EmptyState:
+    del key, info
+    return selection_common.EmptyState()
+
+  def select(state, key: PRNGKey, avail: Array, t: Array, ctx: SelectionContext):
+    del t
+    others = avail & ~jnp.asarray(is_maverick)
+    cohort, valid = selection_common.uniform_without_replacement(key, others, num_drawn)
+    if include:
+      cohort = jnp.concatenate([jnp.asarray(maverick_ids), cohort])
+      valid = jnp.concatenate([avail[maverick_ids], valid])
+    weights = selection_common.fedavg_weights(ctx.num_examples, cohort, valid)
+    return selection_common.make_selection(cohort, valid, weights), state
+
+  return SelectionStrategy(init=init, select=select, num_selected=num_selected)
+
+
+class ShapleyRecordState(NamedTuple):
+  """SVB's state and what its last ``observe`` measured (FedEMD Def. 3.2 needs them).
+
+  Attributes:
+    inner: the ``shapley`` strategy's state.
+    shapley: f32[M], the Shapley value of each slot in the last observed round (0: invalid).
+    cohort: i32[M], that round's cohort.
+    valid: bool[M], its filled slots.
+  """
+
+  inner: PyTree
+  shapley: Array
+  cohort: Array
+  valid: Array
+
+
+def record_shapley(inner: SelectionStrategy, momentum: float) -> SelectionStrategy:
+  """SVB that also keeps each round's per-slot Shapley values in its state.
+
+  The ``shapley`` strategy keeps only an EMA per client: ``new = sv`` at a client's first
+  measurement, else ``momentum * old + (1 - momentum) * sv``. The round's ``sv`` is read back
+  from the EMA before and after ``observe`` (``sv = (new - momentum * old) / (1 -
+  momentum)``), so the selection is SVB's own, unchanged, and no coalition is evaluated twice.
+
+  Args:
+    inner: ``selection.make("shapley", ...)``.
+    momentum: its ``momentum`` hyper-parameter, in [0, 1).
+  """
+  if not 0.0 <= float(momentum) < 1.0:
+    raise ValueError(f"momentum={momentum!r}; allowed: [0, 1)")
+  m = inner.num_selected
+
+  def init(key: PRNGKey, info: ClientInfo) -> ShapleyRecordState:
+    return ShapleyRecordState(
+      inner.init(key, info),
+      jnp.zeros((m,), jnp.float32),
+      jnp.zeros((m,), jnp.int32),
+      jnp.zeros((m,), bool),
+    )
+
+  def select(state: ShapleyRecordState, key, avail, t, ctx):
+    chosen, new_inner = inner.select(state.inner, key, avail, t, ctx)
+    return chosen, state._replace(inner=new_inner)
+
+  def observe(state: ShapleyRecordState, chosen: Selection, deltas, losses, ctx):
+    new_inner = inner.observe(state.inner, chosen, deltas, losses, ctx)
+    old = state.inner.value[chosen.cohort]
+    first = state.inner.count[chosen.cohort] == 0
+    new = new_inner.value[chosen.cohort]
+    sv = jnp.where(first, new, (new - momentum * old) / (1.0 - momentum))
+    return ShapleyRecordState(
+      new_inner, jnp.where(chosen.valid, sv, 0.0), chosen.cohort, chosen.valid
+    )
+
+  return inner._replace(init=init, select=select, observe=observe)
+
+
+def fairness_utility(contributions, sizes, valid) -> tuple[np.ndarray, float]:
+  """FedEMD's data-size fairness (Def. 3.2, Eq. 4) and its system utility U (Def. 3.3, Eq. 5).
+
+  In round t with cohort slots k: ``rc_k = c_k / sum_i c_i`` (relative contribution) and
+  ``q_k = n_k / sum_i n_i`` (relative data size), sums over the round's valid slots; the
+  round's fairness is ``U_t = 1 - mean_k |q_k - rc_k|`` and the system's is
+  ``U = 1 - 1 / (T K) sum_t sum_k |q_k - rc_k|`` (= the mean of the U_t with K slots a round).
+  U = 1 is ideal. A round whose contributions sum to 0 has no ``rc`` and is left out (NaN).
+
+  Args:
+    contributions: f[T, M], c_k(t) (here each slot's Shapley value).
+    sizes: f[T, M], n_k of each slot's client.
+    valid: bool[T, M], the filled slots.
+
+  Returns:
+    (U_t f64[T], U over the rounds whose U_t is defined; NaN if none is).
+
+  References:
+    Huang et al., FedEMD, Def. 3.2-3.3 (Eq. 4-5).
+  """
+  c, n = np.asarray(contributions, np.float64), np.asarray(sizes, np.float64)
+  valid = np.asarray(valid, bool)
+  if c.ndim != 2 or c.shape != n.shape or c.shape != valid.shape:
+    raise ValueError(
+      f"contributions {c.shape}, sizes {n.shape} and valid {valid.shape}; allowed: the same [T, M]"
+    )
+  c, n = np.where(valid, c, 0.0), np.where(valid, n, 0.0)
+  if np.any(n < 0):
+    raise ValueError(f"sizes has negative entries (min {n.min()}); allowed: n_k >= 0")
+  k = np.sum(valid, axis=1)
+  c_total, n_total = c.sum(1, keepdims=True), n.sum(1, keepdims=True)
+  defined = (c_total[:, 0] != 0) & (n_total[:, 0] > 0) & (k > 0)
+  rc = c / np.where(c_total != 0, c_total, 1.0)
+  q = n / np.where(n_total > 0, n_total, 1.0)
+  gap = np.where(valid, np.abs(q - rc), 0.0).sum(1)
+  per_round = np.where(defined, 1.0 - gap / np.maximum(k, 1), np.nan)
+  total = float(1.0 - gap[defined].sum() / k[defined].sum()) if defined.any() else float("nan")
+  return per_round, total
+
+
+def check_supplement(c: ml_collections.ConfigDict) -> None:
+  """The supplement's own settings (ValueError naming the bad value and what is allowed)."""
+  c.supplement = c.get("supplement", "")
+  c.size_het_sigma = c.get("size_het_sigma", 1.0)
+  if c.supplement not in ("",) + tuple(SUPPLEMENTS):
+    raise ValueError(
+      f"supplement={c.supplement!r}; allowed: '' (Table 1 / Fig. 4) or "
+      f"{', '.join(repr(s) for s in SUPPLEMENTS)}"
+    )
+  sigma = c.size_het_sigma
+  if isinstance(sigma, bool) or not isinstance(sigma, (int, float)) or not 0 < sigma < 10:
+    raise ValueError(f"size_het_sigma={sigma!r}; allowed: a number in (0, 10)")
+  if c.supplement and c.aggregation_setup != "fedavg":
+    raise ValueError(
+      f"aggregation_setup={c.aggregation_setup!r} with supplement={c.supplement!r}; "
+      "allowed: 'fedavg' (App. A.3-A.6 use FedAvg)"
+    )
+
+
+def supplement_cells(config: ml_collections.ConfigDict) -> tuple[tuple[str, str], ...]:
+  """The (scenario, method) cells of ``config.supplement`` (none without one)."""
+  return SUPPLEMENTS.get(config.supplement, ())
+
+
+def supplement_data(config: ml_collections.ConfigDict, scenario: str, pool) -> FederatedData:
+  """A supplement scenario's data: ``iid`` (every class, equal sizes), ``iid_sizehet``
+  (every class, lognormal sizes of sigma ``size_het_sigma``: App. A.6 does not say how
+  heterogeneous) or a Maverick scenario (``maverick_data``)."""
+  if scenario not in IID_SCENARIOS:
+    return maverick_data(config, scenario, pool)
+  base = config.base
+  y = pool[1]
+  rng = np.random.default_rng(base.data_seed)
+  sizes = None
+  if scenario == "iid_sizehet":
+    sizes = partitions.lognormal_sizes(len(y), base.num_clients, config.size_het_sigma, rng)
+  parts = partitions.iid(y, base.num_clients, rng, sizes)
+  extras = {"partition": scenario, "mavericks": [], "shared": False}
+  return federated_data(config, pool, parts, rng, scenario, extras)
+
+
+def traced_simulation(cfg: ml_collections.ConfigDict, dataset: FederatedData, method: str):
+  """The Simulation of a supplement cell: the config's own, with mav-always / mav-never's
+  selection or SVB's recording one swapped in (same model, data, aggregator, engine)."""
+  sim, _ = experiment.build(cfg, dataset)
+  mav = list(dataset.extras.get("mavericks", []))
+  if method in SUPPLEMENT_METHODS:
+    sel = make_maverick_selection(
+      sim.num_selected, mav, sim.num_clients, include=method == "mav_always"
+    )
+  elif method == "shapley":
+    sel = record_shapley(sim.selection, SHAPLEY_MOMENTUM)
+  else:
+    return sim
+  return sim_lib.Simulation(
+    dataset, sim.model, sim.availability, sel, sim.aggregator, sim.client_update, sim.config
+  )
+
+
+def run_traced_cell(
+  cfg: ml_collections.ConfigDict,
+  dataset: FederatedData,
+  method: str,
+  folder: str,
+  resume: bool = True,
+) -> list[dict]:
+  """Runs one supplement cell round by round; writes and returns its ``trace.jsonl``.
+
+  Each round's record: ``round``, ``test_accuracy`` and ``class_recall`` (per class, on the
+  global test set), ``selected`` (client ids), ``maverick_selected``, ``seconds`` (of the
+  round and its evaluation); with SVB also ``shapley`` and ``sizes`` (per slot),
+  ``cohort``, ``valid`` and ``fairness`` (U_t, Def. 3.3). A finished trace (``rounds``
+  records) is read back with ``resume``; an unfinished one is started again (no checkpoints).
+  """
+  os.makedirs(folder, exist_ok=True)
+  path = os.path.join(folder, "trace.jsonl")
+  done = results.read_jsonl(path) if resume else []
+  if len(done) == int(cfg.rounds):
+    return done
+  results.write_jsonl(path, [])
+  results.write_json(
+    os.path.join(folder, "config.json"),
+    {
+      "method": method,
+      "selection_built_by": "experiments/fedemd.py" if method in SUPPLEMENT_METHODS else "registry",
+      "config": cfg.to_dict(),
+    },
+  )
+  sim = traced_simulation(cfg, dataset, method)
+  state = sim.init(int(cfg.seed), None if cfg.availability_seed < 0 else cfg.availability_seed)
+  mav = set(dataset.extras.get("mavericks", []))
+  sizes = np.asarray(dataset.train.counts, np.float64)
+  test_x, test_y = np.asarray(dataset.test_x), np.asarray(dataset.test_y)
+  predict = jax.jit(lambda p, x: jnp.argmax(sim.model.apply(p, x / sim.x_divisor), -1))
+  before = np.zeros(sim.num_clients, np.int64)
+  records = []
+  for t in range(int(cfg.rounds)):
+    start = time.perf_counter()
+    state, _ = sim.run_rounds(state, 1)
+    pred = np.concatenate(
+      [np.asarray(predict(state.params, test_x[i : i + 2000])) for i in range(0, len(test_y), 2000)]
+    )
+    now = np.asarray(state.sampling_counts, np.int64)
+    selected = np.flatnonzero(now - before).tolist()
+    before = now
+    rec = {
+      "round": t + 1,
+      "test_accuracy": float(np.mean(pred == test_y)),
+      "class_recall": [
+        float(np.mean(pred[test_y == c] == c)) if np.any(test_y == c) else float("nan")
+        for c in range(dataset.num_classes)
+      ],
+      "selected": selected,
+      "maverick_selected": sum(1 for k in selected if k in mav),
+    }
+    if method == "shapley":
+      st = state.selection_state
+      cohort, valid = np.asarray(st.cohort), np.asarray(st.valid)
+      sv = np.asarray(st.shapley, np.float64)
+      u_t, _ = fairness_utility(sv[None], sizes[cohort][None], valid[None])
+      rec.update(
+        shapley=sv.tolist(),
+        sizes=sizes[cohort].tolist(),
+        cohort=cohort.tolist(),
+        valid=valid.tolist(),
+        fairness=float(u_t[0]),
+      )
+    rec["seconds"] = time.perf_counter() - start
+    results.append_jsonl(path, rec)
+    records.append(rec)
+    if (t + 1) % 10 == 0:
+      logging.info("%s: round %d, accuracy %.4f", folder, t + 1, rec["test_accuracy"])
+  return records
+
+
+def block_means(values: list[float], block: int) -> list[float]:
+  """Means of consecutive blocks of ``block`` values (the last may be shorter); NaN values
+  are left out, a block of NaN only is NaN."""
+  out = []
+  for i in range(0, len(values), block):
+    part = np.asarray(values[i : i + block], np.float64)
+    part = part[~np.isnan(part)]
+    out.append(float(part.mean()) if part.size else float("nan"))
+  return out
+
+
+def run_supplement(
+  config: ml_collections.ConfigDict, output_dir: str, seeds: list[int], *, resume: bool = True
+) -> dict:
+  """Runs ``config.supplement``'s cells for every seed; writes its table and figure."""
+  os.makedirs(output_dir, exist_ok=True)
+  base = config.base
+  pool = load_pool(base.dataset, base.data_dir)
+  cells = supplement_cells(config)
+  data = {s: supplement_data(config, s, pool) for s in {s for s, _ in cells}}
+  traces = {}
+  for s, m in cells:
+    cfg = cell_config(config, m)
+    traces[s, m] = []
+    for seed in seeds:
+      c = common.seed_config(cfg, seed)
+      folder = os.path.join(output_dir, "cells", f"{s}_{m}", f"seed{seed}")
+      traces[s, m].append(run_traced_cell(c, data[s], m, folder, resume))
+  rounds = int(base.rounds)
+  block = max(1, rounds // 10)
+  starts = list(range(1, rounds + 1, block))
+  header = ["cell", "quantity"] + [f"{a}-{min(a + block - 1, rounds)}" for a in starts]
+  mav_class = int(config.maverick_classes[0])
+  rows, curves = [], {}
+  for (s, m), runs in traces.items():
+    label = SUPPLEMENT_LABELS[s, m]
+    acc = np.mean([[100 * r["test_accuracy"] for r in tr] for tr in runs], 0).tolist()
+    recall = np.mean([[100 * r["class_recall"][mav_class] for r in tr] for tr in runs], 0)
+    rows.append([label, "test accuracy (%)"] + [f"{v:.2f}" for v in block_means(acc, block)])
+    rows.append(
+      [label, f"recall of class {mav_class} (%)"]
+      + [f"{v:.2f}" for v in block_means(recall.tolist(), block)]
+    )
+    curves[label] = (list(range(1, rounds + 1)), acc)
+    if m == "shapley":
+      # round-major (round 1 of every seed, round 2, ...): a block pools its seeds' rounds
+      u_t = np.asarray([[r["fairness"] for r in tr] for tr in runs], np.float64).T.ravel()
+      rows.append(
+        [label, "fairness U_t (Def. 3.3)"]
+        + [f"{v:.3f}" for v in block_means(u_t.tolist(), block * len(runs))]
+      )
+      cum = [fairness_of(runs, t) for t in (starts[1:] + [rounds + 1])]
+      rows.append([label, "U over rounds 1..block end"] + [f"{v:.3f}" for v in cum])
+  title = (
+    f"FedEMD App. A ({config.supplement}): block means over seeds {seeds}, "
+    f"{base.dataset}, N={base.num_clients}, M={base.clients_per_round}, {base.model}, "
+    f"{fedavg_name(base)}"
+  )
+  md = results.write_table(
+    os.path.join(output_dir, f"supplement_{config.supplement}"), header, rows, title
+  )
+  path = os.path.join(output_dir, f"supplement_{config.supplement}.png")
+  results.plot_curves(curves, path, title[:90], "test accuracy (%)")
+  return {"markdown": md, "figures": [path], "traces": traces, "rows": (header, rows)}
+
+
+def fairness_of(runs: list[list[dict]], end: int) -> float:
+  """U (Def. 3.3) over rounds 1 .. end - 1 of every seed's SVB trace (their slots pooled)."""
+  recs = [r for tr in runs for r in tr if r["round"] < end]
+  if not recs:
+    return float("nan")
+  return fairness_utility(
+    [r["shapley"] for r in recs], [r["sizes"] for r in recs], [r["valid"] for r in recs]
+  )[1]
+
+
 # ----------------------------------------------------------------------------- binary
 
 _DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "fedemd.py")
@@ -626,7 +1062,14 @@ def define_flags() -> None:
 def check_config(argv) -> tuple[ml_collections.ConfigDict, list[int]]:
   """The binary's flags and config, checked before anything runs: ``(config, seeds)``
   (``common.check_study``: the study's checks, then every cell's config for every seed)."""
-  return common.check_study(argv, prepare_config, lambda c: [cell_config(c, m) for m in c.methods])
+  return common.check_study(argv, prepare_config, cell_configs)
+
+
+def cell_configs(config: ml_collections.ConfigDict) -> list[ml_collections.ConfigDict]:
+  """Every cell's run config: the supplement's cells, or one per method."""
+  if config.get("supplement", ""):
+    return [cell_config(config, m) for _, m in supplement_cells(config)]
+  return [cell_config(config, m) for m in config.methods]
 
 
 def main(argv):

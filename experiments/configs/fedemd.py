@@ -31,6 +31,11 @@ aggregations: ``"fedavg"`` (default: one local epoch, batch 4, the weighting abo
 ``"fedsgd"`` (one full-batch gradient step per selected client, the plain mean of the
 updates, then the server's step; its cells are ``cells/<scenario>_<method>_fedsgd``).
 
+App. A.3-A.6 (``supplement``): ``"fig5"``, ``"fig6"`` or ``"fig7"`` runs that figure's fixed
+cells (mav-always / mav-never are built in ``experiments/fedemd.py``, as only this study knows
+its Mavericks); ``size_het_sigma`` is the lognormal sigma of Fig. 7's i.i.d. clients with
+heterogeneous sizes (the paper does not give how heterogeneous).
+
 Today's committed results before issue 41 are ``fedemd_current="counts"``, ``weighting=
 "uniform"``, ``lr_schedule_unit="participation"``, ``lr_step_size=10``.
 
@@ -110,6 +115,13 @@ def get_config() -> ml_collections.ConfigDict:
   c.trace_shapley = True
   c.real_dataset = "fashion_mnist"  # with --data_dir; "stl10" for App. A.9's STL-10
   c.real_model = "cnn_mnist"  # "cnn_stl10" for STL-10
+  # App. A.3-A.6 (experiments/fedemd.py, "supplement"): "" runs Table 1 / Fig. 4 above;
+  # "fig5" SVB's data-size fairness U (Def. 3.3) with one exclusive Maverick; "fig6" i.i.d.,
+  # mav-never, mav-random, mav-always; "fig7" i.i.d.-random, size-het-svb, maverick-random,
+  # maverick-svb. Each runs its fixed cells round by round (``scenarios`` and ``methods``
+  # are not used) and writes per-round ``trace.jsonl`` files.
+  c.supplement = ""
+  c.size_het_sigma = 1.0  # lognormal sizes of Fig. 7's size-het i.i.d. clients (not given)
   c.quick_rounds = 4
   c.quick_scenarios = ("1_excl",)
   return c
