@@ -181,7 +181,7 @@ RESULTS = {
   ),
   "fedemd": ("fedemd_fmnist",),
   "clustered_sampling": ("clustered_sampling_fmnist", "clustered_sampling_fmnist_order"),
-  "fedar": ("fedar_fmnist",),
+  "fedar": ("fedar_fmnist", "fedar_fmnist_mlp", "fedar_fmnist_mlp_absence10"),
 }
 NUMBER = re.compile(
   r"(?<![\w.])[+−-]?(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+(?:\.\d+)?)(?![\d.]\d|[A-Za-wyz_])"
@@ -250,12 +250,13 @@ LINES = {
     "| availability | client i available",
   ): "the paper's absences (5-20, over 40 rounds) and 1/p_i for p_i ~ U[p_min, 1]",
   ("fedar", "| local work |"): "set-up: K, batch, lr, weight decay",
+  ("fedar", "| model | logistic regression (MNIST)"): "set-up: the MLP's layer widths",
   ("fedar", "| FedAR constants |"): "set-up: ρ, ψ's cap, g(t)",
   ("fedar", "| rounds |"): "set-up: rounds and evaluation period",
   ("fedar", "**Budget of a CNN study (measured, not run).**"): "a timing of a study not run; "
   "nothing of it is committed",
-  ("fedar", "**The non-convex study (the MLP, 5 seeds), running.**"): "set-up: the sweeps' "
-  "ranges (p_min 0.1-0.5, N 80-120), a study still running",
+  ("fedar", "**The non-convex study (the MLP, 5 seeds).**"): "set-up: the sweeps' "
+  "ranges (p_min 0.1-0.5, N 80-120) and the mean absence of 10 rounds",
   ("fedar", "Plan, measured at load 5-6 on 2 cores"): "a plan: one cell's measured time per "
   "round times the runs and rounds of a study still running",
   ("fedar", "**What Table 2 pairs.**"): "the paper's p-values and the t they would need "

@@ -672,6 +672,71 @@ def fedemd_cost() -> None:
   print(f"cost, Fig. 4, random: {np.mean(fig4_random):.1f} s/round on average over its cells")
 
 
+SUPPLEMENT = "fedemd_fmnist/supplement"
+SUPPLEMENT_ROUNDS = 200  # App. A's figures span the 200 rounds of Sec. 5
+
+
+def supplement_trace(label: str, trace: list[dict], maverick_class: int = 1) -> None:
+  """A supplement cell's per-round test accuracy and Trouser recall (%), and with SVB its
+  per-round fairness U_t and U over the rounds (Def. 3.3)."""
+  acc = " / ".join(f"{100 * r['test_accuracy']:.1f}" for r in trace)
+  recall = " / ".join(f"{100 * r['class_recall'][maverick_class]:.1f}" for r in trace)
+  print(f"supplement, {label}: accuracy {acc}; class {maverick_class} recall {recall}")
+  if "fairness" in trace[0]:
+    u_t = " / ".join(f"{r['fairness']:.3f}" for r in trace)
+    gaps = [
+      abs(n / sum(r["sizes"]) - c / sum(r["shapley"]))
+      for r in trace
+      for c, n, v in zip(r["shapley"], r["sizes"], r["valid"])
+      if v and sum(r["shapley"]) != 0
+    ]
+    print(f"supplement, {label}: fairness U_t {u_t}; U {1 - np.mean(gaps):.3f}")
+
+
+def fedemd_supplement() -> None:
+  """App. A: Table 2's overhead benchmark (``benchmarks/fedemd_overhead.py``) and the
+  seconds per round of the supplement's cells (a short timing of ``--config.supplement``),
+  with the plan they give: cells x 200 rounds x s/round."""
+  with open(f"{RESULTS}/{SUPPLEMENT}/overhead/fedemd_overhead.json") as f:
+    bench = json.load(f)
+  load = bench["machine"].get("loadavg_1m")
+  for m, r in bench["ratio_to_random"].items():
+    own = bench["methods"][m]
+    print(
+      f"supplement, Table 2, {m}: whole round {r['round_s']:.2f}x, per local step "
+      f"{r['step_s']:.2f}x, selection step {r['select_s']:.2f}x of Random's (paper "
+      f"{bench['paper_ratio'].get(m)}); {own['round_s']:.1f} s/round (median), "
+      f"{own['steps']:.0f} local steps in {bench['rounds_timed']} rounds, selection "
+      f"{1000 * own['select_s']:.2f} ms (load {load} at the start)"
+    )
+  folder = f"{RESULTS}/{SUPPLEMENT}/round_cost"
+  total = {}
+  for fig in sorted(os.listdir(folder)):
+    if not os.path.isdir(f"{folder}/{fig}"):
+      continue
+    hours = 0.0
+    for name in sorted(os.listdir(f"{folder}/{fig}/cells")):
+      with open(f"{folder}/{fig}/cells/{name}/seed0/trace.jsonl") as f:
+        trace = [json.loads(line) for line in f]
+      rate = float(np.mean([r["seconds"] for r in trace[1:]]))  # round 1 compiles
+      picks = sum(r["maverick_selected"] for r in trace)
+      hours += rate * SUPPLEMENT_ROUNDS / 3600
+      print(
+        f"supplement, s/round, {fig}, {name}: {rate:.1f} s/round over rounds 2-{len(trace)} "
+        f"(Maverick in {picks} of {len(trace)} rounds)"
+      )
+      supplement_trace(f"{fig}, {name}", trace)
+    total[fig] = hours
+    print(
+      f"supplement, plan, {fig}: {SUPPLEMENT_ROUNDS} rounds of its cells = {hours:.1f} h a "
+      f"seed, {3 * hours:.1f} h for seeds 0-2"
+    )
+  print(
+    f"supplement, plan, all figures: {sum(total.values()):.1f} h a seed, "
+    f"{3 * sum(total.values()):.1f} h for seeds 0-2"
+  )
+
+
 def fedemd() -> None:
   print("# the text's reading: D_c from label distributions, size-weighted FedAvg")
   fedemd_text_table1(f"{DEFAULT}/table1", "StepLR per round")
@@ -681,6 +746,8 @@ def fedemd() -> None:
   fedemd_maverick_blocks()
   fedemd_per_class()
   fedemd_cost()
+  print("# the supplement (App. A): Table 2's overhead, the s/round of Fig. 5-7's cells")
+  fedemd_supplement()
   print("# the first reading (ablation): D_c from raw counts, plain mean, StepLR per participation")
   fedemd_first_reading()
   fedemd_first_reading_random()
@@ -783,6 +850,117 @@ def fedar() -> None:
       f"p_min={p}: FedAR minus: "
       + ", ".join(f"{m} {ours - first(r[col]):+.2f}" for m, r in rows.items() if m != "FedAR")
     )
+  fedar_mlp()
+
+
+FEDAR_MLP = "fedar_fmnist_mlp"
+FEDAR_NAMES = {
+  "fedar": "FedAR",
+  "mifa": "MIFA",
+  "mifa_seen": "MIFA over seen",
+  "mifa_step": "MIFA x 1.05",
+  "fedvarp": "FedVARP",
+  "fedavg_is": "FedAvg-IS",
+  "fedavg_s50": "FedAvg (S=50)",
+  "scaffold": "Scaffold",
+  "fedavg_full": "FedAvg (always available)",
+}
+
+
+def fedar_runs(folder: str, name: str) -> list[tuple[dict, list[dict]]]:
+  """Every committed, complete seed of one FedAR cell (seed order); [] when none."""
+  base = f"{RESULTS}/{folder}/cells/{name}"
+  if not os.path.isdir(base):
+    return []
+  runs = []
+  for seed in sorted(os.listdir(base), key=lambda s: int(s.removeprefix("seed"))):
+    summary, history = cell(f"{folder}/cells/{name}/{seed}")
+    if summary.get("complete"):
+      runs.append((summary, history))
+  return runs
+
+
+def fedar_curve(runs) -> dict[int, float]:
+  """Seed-mean test accuracy (%) at every evaluated round all the runs share."""
+  by_round = [{h["round"]: 100 * h["test_accuracy"] for h in hist} for _, hist in runs]
+  common = sorted(set.intersection(*(set(b) for b in by_round)))
+  return {r: float(np.mean([b[r] for b in by_round])) for r in common}
+
+
+def fedar_reached(curve: dict[int, float], level: float) -> str:
+  hit = [r for r, a in curve.items() if a >= level]
+  return str(hit[0]) if hit else f"> {max(curve)}"
+
+
+def fedar_compare(folder: str, p: str, methods) -> None:
+  """Final accuracy, FedAR's lead, both paired t-tests, and rounds to 80 / 83 %."""
+  from scipy import stats
+
+  ref = fedar_runs(folder, f"pmin{p}_fedar")
+  if not ref:
+    return
+  ref_final = [100 * s["final_test_accuracy"] for s, _ in ref]
+  ref_curve = fedar_curve(ref)
+  for m in methods:
+    name = "fedavg_full" if m == "fedavg_full" else f"pmin{p}_{m}"
+    runs = fedar_runs(folder, name)
+    if not runs:
+      continue
+    final = [100 * s["final_test_accuracy"] for s, _ in runs]
+    curve = fedar_curve(runs)
+    line = f"{folder}, p_min={p}, {FEDAR_NAMES[m]}: final {mean_std(final)} % ({len(runs)} seeds)"
+    line += f", reaches 80 % at round {fedar_reached(curve, 80.0)}"
+    line += f", 83 % at {fedar_reached(curve, 83.0)}"
+    line += f", mean over the evaluations {np.mean(list(curve.values())):.2f} %"
+    if m != "fedar" and len(runs) == len(ref):
+      seeds = stats.ttest_rel(ref_final, final)
+      both = sorted(set(ref_curve) & set(curve))
+      rounds = stats.ttest_rel([ref_curve[r] for r in both], [curve[r] for r in both])
+      ahead = sum(ref_curve[r] > curve[r] for r in both)
+      line += (
+        f"; FedAR minus it {np.mean(ref_final) - np.mean(final):+.2f} points, paired by seed "
+        f"t = {seeds.statistic:.2f}, p = {seeds.pvalue:.2g} ({len(final)} pairs); by round "
+        f"t = {rounds.statistic:.2f}, p = {rounds.pvalue:.2g} ({len(both)} pairs, FedAR ahead "
+        f"in {ahead})"
+      )
+    print(line)
+
+
+def fedar_bias(folder: str, p: str, methods) -> None:
+  """Table 3 from the runs' last evaluation: Mean, Var, Worst / Best 10 % (seed means)."""
+  for m in methods:
+    runs = fedar_runs(folder, "fedavg_full" if m == "fedavg_full" else f"pmin{p}_{m}")
+    if not runs:
+      continue
+    last = [hist[-1] for _, hist in runs]
+    mean = np.mean([100 * h["client_acc_mean"] for h in last])
+    var = np.mean([1e4 * h["client_acc_var"] for h in last])
+    worst = np.mean([100 * h["client_acc_worst10"] for h in last])
+    best = np.mean([100 * h["client_acc_best10"] for h in last])
+    print(
+      f"{folder}, Table 3 at p_min={p}, {FEDAR_NAMES[m]}: Mean {mean:.1f}, Var {var:.1f}, "
+      f"Worst 10 % {worst:.1f}, Best 10 % {best:.1f} ({len(runs)} seeds)"
+    )
+
+
+def fedar_mlp() -> None:
+  print("# the MLP study (Fashion-MNIST, 5 seeds)")
+  methods = list(FEDAR_NAMES)
+  for p in ("0.1", "0.5"):
+    fedar_compare(FEDAR_MLP, p, methods)
+  fedar_bias(FEDAR_MLP, "0.1", ("fedar", "mifa", "fedvarp", "fedavg_full", "fedavg_is", "scaffold"))
+  print("# long absences (mean 10 rounds), p_min = 0.1")
+  fedar_compare("fedar_fmnist_mlp_absence10", "0.1", methods)
+  print("# Fig. 4: p_min from 0.1 to 0.5")
+  for m in ("fedar", "mifa", "fedvarp", "fedavg_is", "scaffold"):
+    finals = []
+    for p in ("0.1", "0.2", "0.3", "0.4", "0.5"):
+      runs = fedar_runs(FEDAR_MLP, f"pmin{p}_{m}")
+      if runs:
+        finals.append(f"{p}: {np.mean([100 * s['final_test_accuracy'] for s, _ in runs]):.2f}")
+    print(f"Fig. 4, {FEDAR_NAMES[m]}: final test accuracy (%) at p_min " + ", ".join(finals))
+  for p in ("0.2", "0.3", "0.4"):
+    fedar_compare(FEDAR_MLP, p, ("fedar", "mifa", "fedvarp", "fedavg_is", "scaffold"))
 
 
 STUDIES = {
