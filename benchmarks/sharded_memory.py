@@ -75,11 +75,12 @@ def main(argv=None):
     )
     rows.append(r)
     mb = lambda b: f"{b / 2**20:,.1f}"
-    print(
+    row = (
       f"| {r['devices']} | {mb(r['memory_total'])} | {mb(r['memory_device0'])} | "
-      f"{mb(r['argument'])} | {mb(r['output'])} | {mb(r['temp'])} | {r['specs'][0]} |",
-      flush=True,
+      f"{mb(r['argument'])} | {mb(r['output'])} | {mb(r['temp'])} | {r['specs'][0]} |"
     )
+    # --json: stdout is the JSON alone (a script parses it); the rows go to stderr
+    print(row, file=sys.stderr if args.json else sys.stdout, flush=True)
   if args.json:
     print(json.dumps(rows))
   if args.output_dir:
