@@ -709,31 +709,58 @@ def fedemd_supplement() -> None:
       f"{own['steps']:.0f} local steps in {bench['rounds_timed']} rounds, selection "
       f"{1000 * own['select_s']:.2f} ms (load {load} at the start)"
     )
-  folder = f"{RESULTS}/{SUPPLEMENT}/round_cost"
-  total = {}
-  for fig in sorted(os.listdir(folder)):
-    if not os.path.isdir(f"{folder}/{fig}"):
-      continue
-    hours = 0.0
-    for name in sorted(os.listdir(f"{folder}/{fig}/cells")):
-      with open(f"{folder}/{fig}/cells/{name}/seed0/trace.jsonl") as f:
+  rates = {}  # cell -> s/round: the 3-round timings, then the 15-round run's where it has one
+  for source in ("round_cost/fig6", "round_cost/fig7", "fig6_15_rounds"):
+    folder = f"{RESULTS}/{SUPPLEMENT}/{source}/cells"
+    for name in sorted(os.listdir(folder)):
+      with open(f"{folder}/{name}/seed0/trace.jsonl") as f:
         trace = [json.loads(line) for line in f]
-      rate = float(np.mean([r["seconds"] for r in trace[1:]]))  # round 1 compiles
+      rates[name] = float(np.mean([r["seconds"] for r in trace[1:]]))  # round 1 compiles
       picks = sum(r["maverick_selected"] for r in trace)
-      hours += rate * SUPPLEMENT_ROUNDS / 3600
       print(
-        f"supplement, s/round, {fig}, {name}: {rate:.1f} s/round over rounds 2-{len(trace)} "
-        f"(Maverick in {picks} of {len(trace)} rounds)"
+        f"supplement, s/round, {source}, {name}: {rates[name]:.1f} s/round over rounds "
+        f"2-{len(trace)} (Maverick in {picks} of {len(trace)} rounds)"
       )
-      supplement_trace(f"{fig}, {name}", trace)
-    total[fig] = hours
+      if source.startswith("round_cost"):
+        supplement_trace(f"{source}, {name}", trace)
+  figures = {
+    "fig5": ["1_excl_shapley"],
+    "fig6": ["iid_random", "1_excl_mav_never", "1_excl_random", "1_excl_mav_always"],
+    "fig7": ["iid_random", "iid_sizehet_shapley", "1_excl_random", "1_excl_shapley"],
+  }
+  for fig, cells in figures.items():
+    hours = sum(rates[c] for c in cells) * SUPPLEMENT_ROUNDS / 3600
     print(
-      f"supplement, plan, {fig}: {SUPPLEMENT_ROUNDS} rounds of its cells = {hours:.1f} h a "
-      f"seed, {3 * hours:.1f} h for seeds 0-2"
+      f"supplement, plan, {fig}: {len(cells)} cell(s) x {SUPPLEMENT_ROUNDS} rounds = "
+      f"{hours:.1f} h a seed, {3 * hours:.1f} h for seeds 0-2"
     )
+  rest = rates["iid_sizehet_shapley"] * SUPPLEMENT_ROUNDS / 3600
+  print(f"supplement, plan, fig7 after fig5 and fig6 (its size-het SVB cell): {rest:.1f} h a seed")
+  every = sum(rates.values()) * SUPPLEMENT_ROUNDS / 3600
   print(
-    f"supplement, plan, all figures: {sum(total.values()):.1f} h a seed, "
-    f"{3 * sum(total.values()):.1f} h for seeds 0-2"
+    f"supplement, plan, all figures ({len(rates)} distinct cells): {every:.1f} h a seed, "
+    f"{3 * every:.1f} h for seeds 0-2"
+  )
+
+
+def fedemd_supplement_fig6() -> None:
+  """Fig. 6's four cells over their first 15 rounds (seed 0): where mav-always stands
+  against mav-random and the i.i.d. upper bound."""
+  folder = f"{RESULTS}/{SUPPLEMENT}/fig6_15_rounds/cells"
+  acc = {}
+  for name in sorted(os.listdir(folder)):
+    with open(f"{folder}/{name}/seed0/trace.jsonl") as f:
+      trace = [json.loads(line) for line in f]
+    supplement_trace(f"fig6 (15 rounds), {name}", trace)
+    acc[name] = np.array([100 * r["test_accuracy"] for r in trace])
+    picks = [r["round"] for r in trace if r["maverick_selected"]]
+    print(f"supplement, fig6 (15 rounds), {name}: Maverick picked in rounds {picks}")
+  always, rand, iid = acc["1_excl_mav_always"], acc["1_excl_random"], acc["iid_random"]
+  ahead = (np.flatnonzero(always > rand) + 1).tolist()
+  print(
+    f"supplement, fig6 (15 rounds): mav-always ahead of mav-random in rounds {ahead}; "
+    f"behind i.i.d. by {(iid - always).min():.1f}-{(iid - always).max():.1f} points "
+    f"({iid[-1] - always[-1]:.1f} at round {len(iid)})"
   )
 
 
@@ -748,6 +775,7 @@ def fedemd() -> None:
   fedemd_cost()
   print("# the supplement (App. A): Table 2's overhead, the s/round of Fig. 5-7's cells")
   fedemd_supplement()
+  fedemd_supplement_fig6()
   print("# the first reading (ablation): D_c from raw counts, plain mean, StepLR per participation")
   fedemd_first_reading()
   fedemd_first_reading_random()

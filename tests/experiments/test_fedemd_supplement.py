@@ -1,6 +1,8 @@
 """experiments/fedemd.py, App. A (``--config.supplement``): fairness U, mav-always / mav-never,
 SVB's recorded Shapley values, the supplement's data and config checks, a tiny run."""
 
+import json
+import re
 import types
 
 import jax
@@ -248,3 +250,33 @@ def test_tiny_fig6_and_fig5_runs(tmp_path):
   again = fedemd.run_study(config, str(tmp_path / "fig5"), [0])
   reread = again["traces"]["1_excl", "shapley"][0]
   assert [r["seconds"] for r in reread] == [r["seconds"] for r in trace]  # the same records
+
+
+# ----------------------------------------------------------------------------- Table 2
+@pytest.mark.parametrize(
+  "argv,match",
+  [
+    (["--methods=random,fedavg"], "--methods='random,fedavg'; allowed: any of"),
+    (["--methods=tifl,fedemd"], "allowed: a list that includes random"),
+    (["--rounds=0"], "--rounds=0, --select_repeats=20; allowed: integers >= 1"),
+  ],
+)
+def test_overhead_benchmark_bad_flags(argv, match, capsys):
+  from benchmarks import fedemd_overhead
+
+  with pytest.raises(SystemExit):
+    fedemd_overhead.parse_args(argv)
+  assert re.search(match, capsys.readouterr().err)
+
+
+@pytest.mark.slow  # two rounds of five methods on digits, about a minute on 2 cores
+def test_overhead_benchmark_quick_json(capsys):
+  from benchmarks import fedemd_overhead
+
+  assert fedemd_overhead.main(["--json", "--quick"]) == 0
+  record = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+  assert set(record["methods"]) == {"random", "tifl", "fedfast", "fedprox", "fedemd"}
+  assert record["ratio_to_random"]["random"] == {"round_s": 1.0, "step_s": 1.0, "select_s": 1.0}
+  assert record["paper_ratio"]["tifl"] == 2.4
+  for m in record["methods"].values():
+    assert len(m["round_samples_s"]) == 2 and m["steps"] > 0
