@@ -96,7 +96,9 @@ AGGREGATION_SETUPS = ("fedavg", "fedsgd")
 TINY_ENV = common.TINY_ENV
 # SVB's EMA factor (the study keeps the ``shapley`` default); App. A.3 reads the per-round
 # Shapley values back from it (``record_shapley``)
-SHAPLEY_MOMENTUM = inspect.signature(shapley_selection.make_shapley).parameters["momentum"].default
+_SHAPLEY_DEFAULTS = inspect.signature(shapley_selection.make_shapley).parameters
+SHAPLEY_MOMENTUM = _SHAPLEY_DEFAULTS["momentum"].default
+SHAPLEY_TRUNCATION_TOL = _SHAPLEY_DEFAULTS["truncation_tol"].default
 
 
 # ----------------------------------------------------------------------------- data
@@ -321,6 +323,9 @@ def cell_config(
     }
   elif method == "shapley":
     hp = {"num_permutations": int(config.shapley_permutations)}
+    tol = config.get("shapley_truncation_tol", SHAPLEY_TRUNCATION_TOL)
+    if tol != SHAPLEY_TRUNCATION_TOL:  # the default keeps the cells' configs as they were
+      hp["truncation_tol"] = tol
   c.selection_hparams = ml_collections.ConfigDict(hp)
   if config.get("aggregation_setup", "fedavg") == "fedsgd":
     # FedSGD (McMahan et al.): each selected client computes one gradient on all its data
@@ -849,6 +854,9 @@ def check_supplement(c: ml_collections.ConfigDict) -> None:
   sigma = c.size_het_sigma
   if isinstance(sigma, bool) or not isinstance(sigma, (int, float)) or not 0 < sigma < 10:
     raise ValueError(f"size_het_sigma={sigma!r}; allowed: a number in (0, 10)")
+  tol = c.get("shapley_truncation_tol", SHAPLEY_TRUNCATION_TOL)
+  if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not 0 <= tol <= 1:
+    raise ValueError(f"shapley_truncation_tol={tol!r}; allowed: a number in [0, 1]")
   if c.supplement and c.aggregation_setup != "fedavg":
     raise ValueError(
       f"aggregation_setup={c.aggregation_setup!r} with supplement={c.supplement!r}; "

@@ -764,6 +764,30 @@ def fedemd_supplement_fig6() -> None:
   )
 
 
+def fedemd_supplement_fig5() -> None:
+  """Fig. 5's cell (SVB, one exclusive Maverick) over its first 20 rounds (seed 0): U over
+  the rounds with defined values, and the rounds TMC truncated to 0."""
+  with open(f"{RESULTS}/{SUPPLEMENT}/fig5_20_rounds/cells/1_excl_shapley/seed0/trace.jsonl") as f:
+    trace = [json.loads(line) for line in f]
+  supplement_trace("fig5 (20 rounds), 1_excl_shapley", trace)
+  u_t = np.array([r["fairness"] for r in trace], np.float64)
+  defined = (np.flatnonzero(~np.isnan(u_t)) + 1).tolist()
+  zero = [r["round"] for r in trace if not any(r["shapley"])]
+  print(
+    f"supplement, fig5 (20 rounds): U_t defined in rounds {defined} "
+    f"({np.nanmin(u_t):.3f} to {np.nanmax(u_t):.3f}); every Shapley value 0 in rounds {zero}"
+  )
+  for r in trace:
+    if r["maverick_selected"]:
+      slot = r["cohort"].index(0)
+      others = ", ".join(f"{v:.3f}" for j, v in enumerate(r["shapley"]) if j != slot)
+      print(
+        f"supplement, fig5 (20 rounds): round {r['round']}, the Maverick's Shapley value "
+        f"{r['shapley'][slot]:.3f} (others {others}), its share of the cohort's data "
+        f"{r['sizes'][slot] / sum(r['sizes']):.2f}"
+      )
+
+
 def fedemd() -> None:
   print("# the text's reading: D_c from label distributions, size-weighted FedAvg")
   fedemd_text_table1(f"{DEFAULT}/table1", "StepLR per round")
@@ -776,6 +800,7 @@ def fedemd() -> None:
   print("# the supplement (App. A): Table 2's overhead, the s/round of Fig. 5-7's cells")
   fedemd_supplement()
   fedemd_supplement_fig6()
+  fedemd_supplement_fig5()
   print("# the first reading (ablation): D_c from raw counts, plain mean, StepLR per participation")
   fedemd_first_reading()
   fedemd_first_reading_random()

@@ -108,6 +108,10 @@ def get_config() -> ml_collections.ConfigDict:
   c.fedemd_beta = 0.0015
   c.fedemd_current = "distribution"  # D_c adds label distributions; "counts": raw counts
   c.shapley_permutations = 10
+  # SVB's TMC truncation (the library's default 0.01): once a cohort moves the validation
+  # accuracy by less than 1 % of it, every marginal is truncated to 0 (App. A.3's U is then
+  # undefined); 0 evaluates every permutation to its end
+  c.shapley_truncation_tol = 0.01
   c.target = 0.99  # R@99
   c.participation_scenario = "1_excl"
   # the participation figure re-runs the methods whose cohorts depend on training (SVB,

@@ -280,3 +280,15 @@ def test_overhead_benchmark_quick_json(capsys):
   assert record["paper_ratio"]["tifl"] == 2.4
   for m in record["methods"].values():
     assert len(m["round_samples_s"]) == 2 and m["steps"] > 0
+
+
+def test_shapley_truncation_is_passed_only_when_changed():
+  config = fedemd.prepare_config(fedemd_config.get_config())
+  assert "truncation_tol" not in fedemd.cell_config(config, "shapley").selection_hparams
+  config.shapley_truncation_tol = 0.0
+  assert fedemd.cell_config(config, "shapley").selection_hparams.truncation_tol == 0.0
+  config.shapley_truncation_tol = 1.5
+  with pytest.raises(
+    ValueError, match=r"shapley_truncation_tol=1.5; allowed: a number in \[0, 1\]"
+  ):
+    fedemd.prepare_config(config)
