@@ -1012,8 +1012,28 @@ def fedar_mlp() -> None:
       if runs:
         finals.append(f"{p}: {np.mean([100 * s['final_test_accuracy'] for s, _ in runs]):.2f}")
     print(f"Fig. 4, {FEDAR_NAMES[m]}: final test accuracy (%) at p_min " + ", ".join(finals))
+  sweep = ("fedar", "mifa", "fedvarp", "fedavg_is", "scaffold")
+  finals = {}
+  for p in ("0.1", "0.2", "0.3", "0.4", "0.5"):
+    runs = {m: fedar_runs(FEDAR_MLP, f"pmin{p}_{m}") for m in sweep}
+    if not all(len(r) == 5 for r in runs.values()):
+      continue
+    acc = {m: np.mean([100 * s["final_test_accuracy"] for s, _ in r]) for m, r in runs.items()}
+    finals[p] = acc["fedar"]
+    rank = 1 + sum(acc[m] > acc["fedar"] for m in sweep)
+    print(
+      f"Fig. 4, p_min={p}: FedAR minus "
+      + ", ".join(f"{FEDAR_NAMES[m]} {acc['fedar'] - acc[m]:+.2f}" for m in sweep[1:])
+      + f" (FedAR ranks {rank} of {len(sweep)})"
+    )
+  if len(finals) == 5:
+    steps = np.diff([finals[p] for p in sorted(finals)])
+    print(
+      f"Fig. 4: FedAR's final accuracy from p_min 0.1 to 0.5 {finals['0.5'] - finals['0.1']:+.2f} "
+      f"points, steps {', '.join(f'{d:+.2f}' for d in steps)}"
+    )
   for p in ("0.2", "0.3", "0.4"):
-    fedar_compare(FEDAR_MLP, p, ("fedar", "mifa", "fedvarp", "fedavg_is", "scaffold"))
+    fedar_compare(FEDAR_MLP, p, sweep)
 
 
 STUDIES = {
