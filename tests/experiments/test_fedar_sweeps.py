@@ -449,7 +449,9 @@ def test_pmin_sweep_writes_table_figure_and_significance(tmp_path, monkeypatch):
     "p_min=0.1: final train loss",
     "p_min=0.5: final train loss",
   ]
-  per_seed, _, rows = check_significance_file(tmp_path, "sweep_pmin_", "p_min")
+  per_seed, _, rows = check_significance_file(
+    tmp_path, "sweep_pmin_", "p_min", "rounds"
+  )  # the default
   # the table's mean ± std (ddof 0) is the per-seed values'
   for row in table[1:]:
     for j, p in enumerate(("0.1", "0.5")):
