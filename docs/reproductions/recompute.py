@@ -1034,6 +1034,21 @@ def fedar_mlp() -> None:
     )
   for p in ("0.2", "0.3", "0.4"):
     fedar_compare(FEDAR_MLP, p, sweep)
+  print("# Fig. 5: N from 80 to 120 at p_min = 0.1")
+  for n in (80, 90, 100, 110, 120):
+    prefix = "" if n == 100 else f"n{n}_"
+    runs = {m: fedar_runs(FEDAR_MLP, f"{prefix}pmin0.1_{m}") for m in sweep}
+    if not all(len(r) == 5 for r in runs.values()):
+      continue
+    acc = {m: np.mean([100 * s["final_test_accuracy"] for s, _ in r]) for m, r in runs.items()}
+    loss = {m: np.mean([h[-1]["train_loss"] for _, h in r]) for m, r in runs.items()}
+    rank = 1 + sum(acc[m] > acc["fedar"] for m in sweep)
+    print(
+      f"Fig. 5, N={n}: final test accuracy "
+      + ", ".join(f"{FEDAR_NAMES[m]} {acc[m]:.2f}" for m in sweep)
+      + f" (FedAR ranks {rank} of {len(sweep)}); final train loss "
+      + ", ".join(f"{FEDAR_NAMES[m]} {loss[m]:.3f}" for m in sweep)
+    )
 
 
 STUDIES = {
