@@ -1026,6 +1026,11 @@ def fedar_mlp() -> None:
       + ", ".join(f"{FEDAR_NAMES[m]} {acc['fedar'] - acc[m]:+.2f}" for m in sweep[1:])
       + f" (FedAR ranks {rank} of {len(sweep)})"
     )
+  for m in sweep[1:]:
+    ends = [fedar_runs(FEDAR_MLP, f"pmin{p}_{m}") for p in ("0.1", "0.5")]
+    if all(len(r) == 5 for r in ends):
+      a, b = (np.mean([100 * s["final_test_accuracy"] for s, _ in r]) for r in ends)
+      print(f"Fig. 4: {FEDAR_NAMES[m]}'s final accuracy from p_min 0.1 to 0.5 {b - a:+.2f} points")
   if len(finals) == 5:
     steps = np.diff([finals[p] for p in sorted(finals)])
     print(
