@@ -12,6 +12,7 @@ deviations are over seeds with ddof=0, as the study binaries compute them.
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import os
 import sys
@@ -310,7 +311,7 @@ def fl_fdms_general() -> None:
     for m in ("dropout", "stale", "fdms"):
       runs = [cell(f"{general}/cells/alpha{a}_{m}/seed{k}") for k in seeds]
       per_seed[m] = (
-        [100 * s["final_test_accuracy"] for s, _ in runs],
+        final_accuracies(runs),
         [100 * np.mean([r["test_accuracy"] for r in h]) for _, h in runs],
       )
     for base, label in (("dropout", "Dropout"), ("stale", "Stale")):
@@ -920,17 +921,24 @@ FEDAR_NAMES = {
 }
 
 
-def fedar_runs(folder: str, name: str) -> list[tuple[dict, list[dict]]]:
-  """Every committed, complete seed of one FedAR cell (seed order); [] when none."""
+@functools.cache
+def fedar_runs(folder: str, name: str) -> tuple[tuple[dict, list[dict]], ...]:
+  """Every committed, complete seed of one FedAR cell (seed order); () when none. Cached:
+  the main study's cells are read by several tables."""
   base = f"{RESULTS}/{folder}/cells/{name}"
   if not os.path.isdir(base):
-    return []
+    return ()
   runs = []
   for seed in sorted(os.listdir(base), key=lambda s: int(s.removeprefix("seed"))):
     summary, history = cell(f"{folder}/cells/{name}/{seed}")
     if summary.get("complete"):
       runs.append((summary, history))
-  return runs
+  return tuple(runs)
+
+
+def final_accuracies(runs) -> list[float]:
+  """Each run's final test accuracy (%)."""
+  return [100 * s["final_test_accuracy"] for s, _ in runs]
 
 
 def fedar_curve(runs) -> dict[int, float]:
@@ -952,14 +960,14 @@ def fedar_compare(folder: str, p: str, methods) -> None:
   ref = fedar_runs(folder, f"pmin{p}_fedar")
   if not ref:
     return
-  ref_final = [100 * s["final_test_accuracy"] for s, _ in ref]
+  ref_final = final_accuracies(ref)
   ref_curve = fedar_curve(ref)
   for m in methods:
     name = "fedavg_full" if m == "fedavg_full" else f"pmin{p}_{m}"
     runs = fedar_runs(folder, name)
     if not runs:
       continue
-    final = [100 * s["final_test_accuracy"] for s, _ in runs]
+    final = final_accuracies(runs)
     curve = fedar_curve(runs)
     line = f"{folder}, p_min={p}, {FEDAR_NAMES[m]}: final {mean_std(final)} % ({len(runs)} seeds)"
     line += f", reaches 80 % at round {fedar_reached(curve, 80.0)}"
@@ -1010,7 +1018,7 @@ def fedar_mlp() -> None:
     for p in ("0.1", "0.2", "0.3", "0.4", "0.5"):
       runs = fedar_runs(FEDAR_MLP, f"pmin{p}_{m}")
       if runs:
-        finals.append(f"{p}: {np.mean([100 * s['final_test_accuracy'] for s, _ in runs]):.2f}")
+        finals.append(f"{p}: {np.mean(final_accuracies(runs)):.2f}")
     print(f"Fig. 4, {FEDAR_NAMES[m]}: final test accuracy (%) at p_min " + ", ".join(finals))
   sweep = ("fedar", "mifa", "fedvarp", "fedavg_is", "scaffold")
   finals = {}
@@ -1018,7 +1026,7 @@ def fedar_mlp() -> None:
     runs = {m: fedar_runs(FEDAR_MLP, f"pmin{p}_{m}") for m in sweep}
     if not all(len(r) == 5 for r in runs.values()):
       continue
-    acc = {m: np.mean([100 * s["final_test_accuracy"] for s, _ in r]) for m, r in runs.items()}
+    acc = {m: np.mean(final_accuracies(r)) for m, r in runs.items()}
     finals[p] = acc["fedar"]
     rank = 1 + sum(acc[m] > acc["fedar"] for m in sweep)
     print(
@@ -1029,7 +1037,7 @@ def fedar_mlp() -> None:
   for m in sweep[1:]:
     ends = [fedar_runs(FEDAR_MLP, f"pmin{p}_{m}") for p in ("0.1", "0.5")]
     if all(len(r) == 5 for r in ends):
-      a, b = (np.mean([100 * s["final_test_accuracy"] for s, _ in r]) for r in ends)
+      a, b = (np.mean(final_accuracies(r)) for r in ends)
       print(f"Fig. 4: {FEDAR_NAMES[m]}'s final accuracy from p_min 0.1 to 0.5 {b - a:+.2f} points")
   if len(finals) == 5:
     steps = np.diff([finals[p] for p in sorted(finals)])
@@ -1045,7 +1053,7 @@ def fedar_mlp() -> None:
     runs = {m: fedar_runs(FEDAR_MLP, f"{prefix}pmin0.1_{m}") for m in sweep}
     if not all(len(r) == 5 for r in runs.values()):
       continue
-    acc = {m: np.mean([100 * s["final_test_accuracy"] for s, _ in r]) for m, r in runs.items()}
+    acc = {m: np.mean(final_accuracies(r)) for m, r in runs.items()}
     loss = {m: np.mean([h[-1]["train_loss"] for _, h in r]) for m, r in runs.items()}
     rank = 1 + sum(acc[m] > acc["fedar"] for m in sweep)
     print(
