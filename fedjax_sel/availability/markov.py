@@ -88,7 +88,7 @@ def make_markov(
       on = jnp.full((n,), initial == "on")
     return MarkovState(on=on, p_on_to_off=p10, p_off_to_on=p01)
 
-  return AvailabilityModel(init=init, probs=_probs, sample=_sample)
+  return make_markov_from_init(init)
 
 
 def make_markov_from_init(init) -> AvailabilityModel:
@@ -190,7 +190,7 @@ def make_markov_dropout(
     return MarkovState(on=on, p_on_to_off=p10, p_off_to_on=p01)
 
   if keep_per_cluster is None:
-    return AvailabilityModel(init=init, probs=_probs, sample=_sample)
+    return make_markov_from_init(init)
   num_clusters = int(keep_per_cluster)
 
   def cluster_ids(n: int) -> Array:
