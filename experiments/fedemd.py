@@ -56,6 +56,7 @@ from absl import app, flags, logging
 from experiments import common
 from fedjax_sel import experiment, models
 from fedjax_sel.core import simulation as sim_lib
+from fedjax_sel.core.registry import is_integer
 from fedjax_sel.core.types import (
   Array,
   ClientInfo,
@@ -234,6 +235,11 @@ def prepare_config(
     raise ValueError(
       f"aggregation_setup={c.aggregation_setup!r}; allowed: {', '.join(AGGREGATION_SETUPS)}"
     )
+  b = c.get("fedsgd_batch_size", 0)
+  if not is_integer(b) or b < 0:
+    raise ValueError(
+      f"fedsgd_batch_size={b!r}; allowed: an integer >= 0 (0 = the largest client's size)"
+    )
   if c.fedemd_current not in fedemd_selection.CURRENT_READINGS:
     raise ValueError(
       f"fedemd_current={c.fedemd_current!r}; allowed: {list(fedemd_selection.CURRENT_READINGS)}"
@@ -334,9 +340,20 @@ def cell_config(
     # first step is the gradient itself), so the server's step is -eta x the mean gradient.
     c.local_steps = 0
     c.local_epochs = 1
-    if max_examples:
-      c.batch_size = int(max_examples)
     c.aggregator_hparams = ml_collections.ConfigDict({"weighting": "uniform"})
+    chunk = int(config.get("fedsgd_batch_size", 0))
+    if chunk:
+      # the gradient added up over batches of `chunk` at the global model (client update
+      # "fedsgd", plain SGD): the same step, without padding every client to the largest.
+      # FedProx's proximal term has zero gradient at the global model, so its FedSGD cell
+      # is Random's.
+      c.client_update = "fedsgd"
+      c.client_update_hparams = ml_collections.ConfigDict()
+      c.client_optimizer = "sgd"
+      c.client_momentum = 0.0
+      c.batch_size = chunk
+    elif max_examples:
+      c.batch_size = int(max_examples)  # one padded batch of the largest client's size
   return c
 
 

@@ -66,7 +66,7 @@ HELP = {
   "availability": "client availability model (registry name)",
   "selection": "client selection strategy (registry name)",
   "aggregator": "aggregation rule (registry name)",
-  "client_update": "local update rule: sgd, fedprox, scaffold",
+  "client_update": "local update rule: sgd, fedprox, scaffold, fedsgd",
   "seed": "model/training seed",
   "availability_seed": "separate seed of availability draws (-1 = same as --seed)",
   "data_seed": "seed of the data generator / partition",

@@ -501,7 +501,8 @@ def test_every_registered_components_state_round_trips_exactly(tmp_path, fmt):
     hp = {"trace": np.ones((3, n), bool)} if name == "trace" else {}
     shapes["availability/" + name] = jax.eval_shape(availability.make(name, **hp).init, key, info)
   for name in client.names():
-    init = client.make(name).init
+    hp = {"client_counts": list(range(n))} if name == "fedsgd" else {}
+    init = client.make(name, **hp).init
     shapes["client/" + name] = jax.eval_shape(lambda p, init=init: init(p, n), params)
   rng = np.random.default_rng(0)
 

@@ -92,8 +92,12 @@ def get_config() -> ml_collections.ConfigDict:
   c.maverick_classes = (0, 1, 2)  # Fashion-MNIST 'T-shirt', 'Trouser', 'Pullover'
   c.methods = ("random", "tifl", "fedfast", "fedprox", "shapley", "fedemd")
   # Table 1's aggregations: "fedavg" (the base above) or "fedsgd" (one full-batch gradient
-  # step per client: batch = the largest client, one local epoch; the plain mean)
+  # step per client; the plain mean)
   c.aggregation_setup = "fedavg"
+  # FedSGD's full-batch gradient, added up over batches of this size at the global model
+  # (client update "fedsgd"); 0 = one batch of the largest client's size, every client padded
+  # to it (the first build: the same step, ~5x the examples of a round)
+  c.fedsgd_batch_size = 128  # the fastest of 64, 128, 250, 500, 1000 (the FedEMD page)
   c.fedprox_mu = 0.01  # FedEMD does not give it; FedProx's and the library's default
   # TiFL (Chai et al.): 5 tiers as in its experiments; credits 0 = ceil(rounds / num_tiers)
   c.tifl = ml_collections.ConfigDict(

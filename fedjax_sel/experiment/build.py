@@ -10,6 +10,7 @@ import jax
 import ml_collections
 import numpy as np
 
+from fedjax_sel import client as client_lib
 from fedjax_sel import data, models
 from fedjax_sel.core import engine as engine_lib
 from fedjax_sel.core import simulation as sim_lib
@@ -76,6 +77,10 @@ def build(c: ml_collections.ConfigDict, dataset: data.FederatedData | None = Non
   validate_config(c)
   avail, sel, agg, upd = make_components(c)
   dataset = dataset if dataset is not None else load_data(c)
+  if c.client_update == "fedsgd" and "client_counts" not in c.client_update_hparams:
+    # FedSGD weighs each batch's gradient by its share of the client's examples
+    counts = [int(n) for n in np.asarray(dataset.train.counts)]
+    upd = client_lib.make("fedsgd", client_counts=counts)
   hp = {"hidden": (int(c.mlp_hidden),)} if c.model == "mlp" else {}
   hp["param_init"] = c.get("param_init", "flax")
   hp["half_precision"] = bool(c.get("half_precision", False))

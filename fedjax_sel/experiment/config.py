@@ -211,6 +211,8 @@ def validate_config(c: ml_collections.ConfigDict) -> None:
     c.client_lr, c.lr_schedule, c.lr_decay, c.lr_step_size, c.lr_step_gamma
   )
   _name("parallelism", c.parallelism, list(engine_lib.PARALLELISM))
+  if c.client_update == "fedsgd":
+    _check_fedsgd(c)
   for part, module in PARTS.items():
     _name(part, c[part], module.names())
   reads_data_dir = c.dataset not in ("synthetic", "digits")  # the IDX / TFDS datasets
@@ -234,6 +236,29 @@ def validate_config(c: ml_collections.ConfigDict) -> None:
       raise ValueError(str(e)) from None
   if c.output_dir and os.path.exists(c.output_dir) and not os.path.isdir(c.output_dir):
     raise ValueError(f"output_dir={c.output_dir!r} is a file; allowed: a folder (new or existing)")
+
+
+def _check_fedsgd(c: ml_collections.ConfigDict) -> None:
+  """FedSGD adds up one epoch of batch gradients taken at the global model into one step:
+  that needs plain SGD (linear in the gradient) and exactly one epoch."""
+  momentum = float(c.client_momentum) or (
+    optimizers.DEFAULT_CLIENT_MOMENTUM if c.client_optimizer == "momentum" else 0.0
+  )
+  bad = []
+  if momentum:
+    bad.append(f"client_optimizer={c.client_optimizer!r} with momentum {momentum}")
+  if c.client_weight_decay:
+    bad.append(f"client_weight_decay={c.client_weight_decay!r}")
+  if c.local_steps:
+    bad.append(f"local_steps={c.local_steps!r}")
+  elif c.local_epochs != 1:
+    bad.append(f"local_epochs={c.local_epochs!r}")
+  if bad:
+    raise ValueError(
+      f"client_update='fedsgd' cannot run with {', '.join(bad)}; allowed: client_optimizer="
+      "'sgd' with client_momentum=0 and client_weight_decay=0, local_steps=0, local_epochs=1 "
+      "(one full-batch gradient step per client)"
+    )
 
 
 def _hparams(c, part):

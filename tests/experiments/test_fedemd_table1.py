@@ -63,13 +63,19 @@ def _kernel_bias(params):
   return w, b
 
 
-def test_fedsgd_server_update_is_minus_lr_times_the_plain_mean_gradient():
-  """Two clients (3 and 2 examples), both selected: one full-batch step each (momentum's first
-  step is the gradient itself), the plain mean, server lr 1: W' - W = -0.5 (g_0 + g_1) / 2,
-  not the size-weighted (3 g_0 + 2 g_1) / 5."""
+@pytest.mark.parametrize("batch", [0, 1, 2, 500])
+def test_fedsgd_server_update_is_minus_lr_times_the_plain_mean_gradient(batch):
+  """Two clients (3 and 2 examples), both selected: one full-batch step each, the plain mean,
+  server lr 1: W' - W = -0.5 (g_0 + g_1) / 2, not the size-weighted (3 g_0 + 2 g_1) / 5.
+  batch 0: one padded batch of the largest client (momentum's first step is the gradient
+  itself); 1 and 2: the gradient added up over batches of 1 or 2 (a partial last batch) at
+  the global model; 500: one batch larger than every client."""
   data = _tiny_data()
-  cfg = fedemd.cell_config(_config("fedsgd"), "random", fedemd.max_client_examples(data))
-  assert (cfg.batch_size, cfg.local_epochs, cfg.local_steps) == (3, 1, 0)
+  config = _config("fedsgd")
+  config.fedsgd_batch_size = batch
+  cfg = fedemd.cell_config(config, "random", fedemd.max_client_examples(data))
+  assert (cfg.batch_size, cfg.local_epochs, cfg.local_steps) == (batch or 3, 1, 0)
+  assert cfg.client_update == ("fedsgd" if batch else "sgd")
   assert cfg.aggregator_hparams.weighting == "uniform"
   before, after = _one_round(cfg, data)
   w, b = _kernel_bias(before)

@@ -121,7 +121,7 @@ def make_cohort_trainer(
 
   Args:
     apply_fn: ``apply(params, x) -> logits``.
-    client_update: the local rule (sgd, fedprox, scaffold).
+    client_update: the local rule (sgd, fedprox, scaffold, fedsgd).
     client_optimizer: ``lr -> optax.GradientTransformation`` (e.g. ``optax.sgd``).
     train_x, train_y: the flat training arrays (on device).
     offsets, counts: i32[N], each client's slice of the flat arrays.
