@@ -15,8 +15,8 @@ selected; masked slots change nothing). The library's registry-wide tests
 (``tests/*/test_*contract.py``) run these on every registered name; docs/extending.md shows
 them on new methods.
 
-The fake worlds (``toy_client_info``, ``toy_selection_context``, ``toy_aggregation_round``)
-are public too, for your own tests.
+The fake worlds (``toy_client_info``, ``toy_selection_context``, ``toy_aggregation_round``,
+and ``toy_federated_data`` for a whole small run) are public too, for your own tests.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ __all__ = [
   "check_selection_strategy",
   "toy_aggregation_round",
   "toy_client_info",
+  "toy_federated_data",
   "toy_selection_context",
 ]
 
@@ -113,6 +114,25 @@ def _traced_once(fn):
 
 
 # --- Selection ---------------------------------------------------------------------------
+
+
+def toy_federated_data(x, y, clients, num_classes: int):
+  """A ``FederatedData`` whose client k trains on ``x[clients[k]], y[clients[k]]``, with no
+  local test examples and every example as the global test set: a world small enough to
+  work a round out by hand (``experiment.build(config, toy_federated_data(...))``)."""
+  from fedjax_sel.data.federated import FederatedData, split_from_indices
+
+  x, y = np.asarray(x), np.asarray(y)
+  empty = [np.array([], np.int64)] * len(clients)
+  return FederatedData(
+    train=split_from_indices(x, y, [np.asarray(c) for c in clients]),
+    test=split_from_indices(x, y, empty),
+    test_x=x,
+    test_y=y,
+    num_classes=int(num_classes),
+    name="toy",
+    extras={},
+  )
 
 
 def toy_client_info(num_clients: int = 12, num_classes: int = 4, seed: int = 0) -> ClientInfo:

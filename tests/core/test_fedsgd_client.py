@@ -8,29 +8,19 @@ import jax
 import numpy as np
 import pytest
 
-from fedjax_sel import client, experiment
-from fedjax_sel.data.federated import FederatedData, split_from_indices
+from fedjax_sel import client, experiment, testing
 
 SIZES = (7, 3, 12, 1, 5)  # uneven, one client of one example
 
 
-def _data() -> FederatedData:
+def _data():
   rng = np.random.default_rng(3)
   n = sum(SIZES)
   x = rng.normal(size=(n, 6)).astype(np.float32)
   y = rng.integers(0, 4, size=n).astype(np.int32)
   bounds = np.cumsum((0,) + SIZES)
   clients = [np.arange(a, b) for a, b in zip(bounds[:-1], bounds[1:])]
-  empty = [np.array([], np.int64)] * len(SIZES)
-  return FederatedData(
-    train=split_from_indices(x, y, clients),
-    test=split_from_indices(x, y, empty),
-    test_x=x,
-    test_y=y,
-    num_classes=4,
-    name="tiny",
-    extras={},
-  )
+  return testing.toy_federated_data(x, y, clients, num_classes=4)
 
 
 def _config(**overrides):

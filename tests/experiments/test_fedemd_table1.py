@@ -9,25 +9,15 @@ import pytest
 
 from experiments import fedemd
 from experiments.configs import fedemd as fedemd_config
-from fedjax_sel import experiment
-from fedjax_sel.data.federated import FederatedData, split_from_indices
+from fedjax_sel import experiment, testing
 
 X = np.array([[1.0, 0.0], [0.0, 2.0], [1.0, 1.0], [-1.0, 0.5], [0.5, -1.0]], np.float32)
 Y = np.array([0, 1, 2, 1, 0], np.int32)
 CLIENTS = [np.array([0, 1, 2]), np.array([3, 4])]  # 3 and 2 examples: size weights differ
 
 
-def _tiny_data() -> FederatedData:
-  empty = [np.array([], np.int64), np.array([], np.int64)]
-  return FederatedData(
-    train=split_from_indices(X, Y, CLIENTS),
-    test=split_from_indices(X, Y, empty),
-    test_x=X,
-    test_y=Y,
-    num_classes=3,
-    name="tiny",
-    extras={},
-  )
+def _tiny_data():
+  return testing.toy_federated_data(X, Y, CLIENTS, num_classes=3)
 
 
 def _config(setup: str):
