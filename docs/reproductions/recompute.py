@@ -296,41 +296,53 @@ def fl_fdms_markov() -> None:
 
 
 def fl_fdms_general() -> None:
-  """The general non-iid setting (2 classes per client) against the clustered one, redrawn
-  process: FL-FDMS's gain over Dropout and Stale per α, per seed and as seed means."""
-  general = "fl_fdms_fmnist_mlp_general"
-  cells_dir = f"{RESULTS}/{general}/cells"
-  seeds = sorted(
-    int(s[4:])
-    for s in os.listdir(f"{cells_dir}/alpha0.3_fdms")
-    if os.path.exists(f"{cells_dir}/alpha0.3_fdms/{s}/summary.json")
-  )
+  """The general non-iid setting (2 classes per client) against the clustered one, under each
+  dropout process: FL-FDMS's gain over Dropout and Stale per α, per seed and as seed means
+  (the α whose cells are all committed)."""
   final, mean = "α={}: final test acc (%)", "α={}: mean test acc over rounds (%)"
-  for a in ("0.3", "0.5", "0.7"):
-    per_seed = {}
-    for m in ("dropout", "stale", "fdms"):
-      runs = [cell(f"{general}/cells/alpha{a}_{m}/seed{k}") for k in seeds]
-      per_seed[m] = (
-        final_accuracies(runs),
-        [100 * np.mean([r["test_accuracy"] for r in h]) for _, h in runs],
-      )
-    for base, label in (("dropout", "Dropout"), ("stale", "Stale")):
-      gain = [
-        np.subtract(per_seed["fdms"][i], per_seed[base][i]) for i in range(2)
-      ]  # [final, mean] per seed
-      clustered = [
-        seed_means(f"fl_fdms_fmnist_mlp/{path}", col.format(a))
-        for path, col in (("accuracy.csv", final), ("convergence.csv", mean))
-      ]
-      c_gain = [t["FL-FDMS"] - t[label] for t in clustered]
-      g_gain = [float(np.mean(g)) for g in gain]
-      seeds_text = " / ".join(f"{v:+.2f}" for v in gain[1])
-      print(
-        f"general, α={a}, FL-FDMS - {label} (seeds {seeds}): final {g_gain[0]:+.2f}, mean acc "
-        f"{g_gain[1]:+.2f} (per seed {seeds_text}); clustered: final {c_gain[0]:+.2f}, mean "
-        f"acc {c_gain[1]:+.2f}; general - clustered: final {g_gain[0] - c_gain[0]:+.2f}, "
-        f"mean acc {g_gain[1] - c_gain[1]:+.2f}"
-      )
+  for general, clustered_folder, label_process in (
+    ("fl_fdms_fmnist_mlp_general", "fl_fdms_fmnist_mlp", "general"),
+    ("fl_fdms_fmnist_mlp_general_markov", "fl_fdms_fmnist_mlp_markov", "general, Markov"),
+  ):
+    cells_dir = f"{RESULTS}/{general}/cells"
+    for a in ("0.3", "0.5", "0.7"):
+      done = {
+        m: {
+          int(s[4:])
+          for s in os.listdir(f"{cells_dir}/alpha{a}_{m}")
+          if os.path.exists(f"{cells_dir}/alpha{a}_{m}/{s}/summary.json")
+        }
+        if os.path.isdir(f"{cells_dir}/alpha{a}_{m}")
+        else set()
+        for m in ("dropout", "stale", "fdms")
+      }
+      seeds = sorted(set.intersection(*done.values()))
+      if not seeds:
+        continue
+      per_seed = {}
+      for m in ("dropout", "stale", "fdms"):
+        runs = [cell(f"{general}/cells/alpha{a}_{m}/seed{k}") for k in seeds]
+        per_seed[m] = (
+          final_accuracies(runs),
+          [100 * np.mean([r["test_accuracy"] for r in h]) for _, h in runs],
+        )
+      for base, label in (("dropout", "Dropout"), ("stale", "Stale")):
+        gain = [
+          np.subtract(per_seed["fdms"][i], per_seed[base][i]) for i in range(2)
+        ]  # [final, mean] per seed
+        clustered = [
+          seed_means(f"{clustered_folder}/{path}", col.format(a))
+          for path, col in (("accuracy.csv", final), ("convergence.csv", mean))
+        ]
+        c_gain = [t["FL-FDMS"] - t[label] for t in clustered]
+        g_gain = [float(np.mean(g)) for g in gain]
+        seeds_text = " / ".join(f"{v:+.2f}" for v in gain[1])
+        print(
+          f"{label_process}, α={a}, FL-FDMS - {label} (seeds {seeds}): final {g_gain[0]:+.2f}, "
+          f"mean acc {g_gain[1]:+.2f} (per seed {seeds_text}); clustered: final "
+          f"{c_gain[0]:+.2f}, mean acc {c_gain[1]:+.2f}; general - clustered: final "
+          f"{g_gain[0] - c_gain[0]:+.2f}, mean acc {g_gain[1] - c_gain[1]:+.2f}"
+        )
 
 
 def fl_fdms_more() -> None:
@@ -789,6 +801,26 @@ def fedemd_supplement_fig5() -> None:
       )
 
 
+def fedemd_fedsgd_cost() -> None:
+  """FedSGD's round at each batch size, timed side by side with Random's FedAvg round
+  (``table1_round_cost.py``, two runs, each with its own FedAvg round; JSON lines in
+  ``fedsgd_batch_cost.jsonl``)."""
+  path = f"{RESULTS}/fedemd_fmnist/fedsgd_batch_cost.jsonl"
+  with open(path) as f:
+    rows = [json.loads(line) for line in f if line.strip()]
+  for r in rows:
+    name = (
+      "Random FedAvg"
+      if r["aggregation_setup"] == "fedavg"
+      else f"Random FedSGD, batch {r['fedsgd_batch_size']}"
+    )
+    print(
+      f"{name}: round {r['train_s_per_round']:.2f} s, evaluation {r['eval_s']:.2f} s, "
+      f"round + evaluation {r['s_per_round']:.2f} s, {r['ratio_to_random_fedavg']:.2f}x "
+      "Random's FedAvg round of the same run"
+    )
+
+
 def fedemd() -> None:
   print("# the text's reading: D_c from label distributions, size-weighted FedAvg")
   fedemd_text_table1(f"{DEFAULT}/table1", "StepLR per round")
@@ -798,6 +830,7 @@ def fedemd() -> None:
   fedemd_maverick_blocks()
   fedemd_per_class()
   fedemd_cost()
+  fedemd_fedsgd_cost()
   print("# the supplement (App. A): Table 2's overhead, the s/round of Fig. 5-7's cells")
   fedemd_supplement()
   fedemd_supplement_fig6()
@@ -1048,11 +1081,13 @@ def fedar_mlp() -> None:
   for p in ("0.2", "0.3", "0.4"):
     fedar_compare(FEDAR_MLP, p, sweep)
   print("# Fig. 5: N from 80 to 120 at p_min = 0.1")
+  by_n = {}
   for n in (80, 90, 100, 110, 120):
     prefix = "" if n == 100 else f"n{n}_"
     runs = {m: fedar_runs(FEDAR_MLP, f"{prefix}pmin0.1_{m}") for m in sweep}
     if not all(len(r) == 5 for r in runs.values()):
       continue
+    by_n[n] = runs
     acc = {m: np.mean(final_accuracies(r)) for m, r in runs.items()}
     loss = {m: np.mean([h[-1]["train_loss"] for _, h in r]) for m, r in runs.items()}
     rank = 1 + sum(acc[m] > acc["fedar"] for m in sweep)
@@ -1062,6 +1097,21 @@ def fedar_mlp() -> None:
       + f" (FedAR ranks {rank} of {len(sweep)}); final train loss "
       + ", ".join(f"{FEDAR_NAMES[m]} {loss[m]:.3f}" for m in sweep)
     )
+  if 80 in by_n and 120 in by_n:
+    from scipy import stats
+
+    for m in sweep:
+      a80, a120 = (final_accuracies(by_n[n][m]) for n in (80, 120))
+      l80, l120 = ([h[-1]["train_loss"] for _, h in by_n[n][m]] for n in (80, 120))
+      welch = stats.ttest_ind(a120, a80, equal_var=False).pvalue
+      trend = [np.mean(final_accuracies(by_n[n][m])) for n in sorted(by_n)]
+      falls = sum(b < a for a, b in zip(trend, trend[1:]))
+      change = np.mean(a120) - np.mean(a80)
+      print(
+        f"Fig. 5, {FEDAR_NAMES[m]} from N=80 to 120: test accuracy {change:+.2f} points "
+        f"(Welch's p = {welch:.2g} over seeds; falls in {falls} of {len(trend) - 1} steps), "
+        f"train loss {np.mean(l80):.3f} -> {np.mean(l120):.3f}"
+      )
 
 
 STUDIES = {
