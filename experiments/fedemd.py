@@ -21,8 +21,12 @@ examples of its own class; with ``k_shared`` the k Mavericks split one class equ
 other clients share the remaining classes i.i.d. in equal parts. Methods (Table 1): Random
 (uniform), TiFL, FedFast, FedProx (Random selection, FedProx local update), Shapley-value-based
 selection (SVB) and FedEMD, under one of Table 1's aggregations
-(``--config.aggregation_setup``): FedAvg (default) or FedSGD (one full-batch gradient step
-per selected client, the plain mean; cells ``cells/<scenario>_<method>_fedsgd``).
+(``--config.aggregation_setup``): FedAvg (default) or FedSGD, which the paper uses as "one
+local epoch" and "simple averaging" against FedAvg's size-aware weights. Two readings
+(``--config.fedsgd_reading``): ``"epoch"`` (default: the same local epoch as FedAvg, the plain
+mean of the models, as the authors' code averages; cells ``<scenario>_<method>_fedsgd``) and
+``"gradient"`` (McMahan et al.'s FedSGD: one full-batch gradient step per client, the plain
+mean; cells ``<scenario>_<method>_fedsgd_gradient``).
 
 R@99 (Sec. 5, App. A.5): the first round at which a method's test accuracy reaches 99 % of
 the highest test accuracy reached by Random selection in the same scenario and seed;
@@ -94,6 +98,9 @@ SELECTION = {
 # participation trace re-runs them round by round (``trace_shapley``) instead of a replay.
 TRAINING_DEPENDENT = ("tifl", "fedfast", "shapley")
 AGGREGATION_SETUPS = ("fedavg", "fedsgd")
+# FedSGD's readings: "epoch" (FedAvg's local epoch, the plain mean) or "gradient" (one
+# full-batch gradient step per client, the plain mean)
+FEDSGD_READINGS = ("epoch", "gradient")
 TINY_ENV = common.TINY_ENV
 # SVB's EMA factor (the study keeps the ``shapley`` default); App. A.3 reads the per-round
 # Shapley values back from it (``record_shapley``)
@@ -235,6 +242,8 @@ def prepare_config(
     raise ValueError(
       f"aggregation_setup={c.aggregation_setup!r}; allowed: {', '.join(AGGREGATION_SETUPS)}"
     )
+  if c.get("fedsgd_reading", "epoch") not in FEDSGD_READINGS:
+    raise ValueError(f"fedsgd_reading={c.fedsgd_reading!r}; allowed: {', '.join(FEDSGD_READINGS)}")
   b = c.get("fedsgd_batch_size", 0)
   if not is_integer(b) or b < 0:
     raise ValueError(
@@ -262,13 +271,19 @@ def prepare_config(
   return c
 
 
-def fedavg_name(base: ml_collections.ConfigDict, setup: str = "fedavg") -> str:
-  """The aggregation as the plot titles name it: FedAvg with its weighting, or FedSGD; and
-  the client lr schedule."""
+def fedavg_name(
+  base: ml_collections.ConfigDict, setup: str = "fedavg", reading: str = "epoch"
+) -> str:
+  """The aggregation as the plot titles name it: FedAvg with its weighting, or FedSGD under
+  its reading; and the client lr schedule."""
   w = base.aggregator_hparams.get("weighting", "selection")
   agg = "FedAvg (plain mean)" if w == "uniform" else "FedAvg (size-weighted)"
   if setup == "fedsgd":
-    agg = "FedSGD (one full-batch step, plain mean)"
+    agg = (
+      "FedSGD (one full-batch step, plain mean)"
+      if reading == "gradient"
+      else "FedSGD (one local epoch, plain mean)"
+    )
   if base.lr_schedule != "step":
     return agg
   return f"{agg}, StepLR {base.lr_step_size} per {base.lr_schedule_unit}"
@@ -277,13 +292,21 @@ def fedavg_name(base: ml_collections.ConfigDict, setup: str = "fedavg") -> str:
 def protocol_name(config: ml_collections.ConfigDict) -> str:
   """What every table heading names: FedEMD's D_c reading, FedAvg's weighting, the lr unit."""
   setup = config.get("aggregation_setup", "fedavg")
-  return f"FedEMD D_c from label {config.fedemd_current}, {fedavg_name(config.base, setup)}"
+  reading = config.get("fedsgd_reading", "epoch")
+  return (
+    f"FedEMD D_c from label {config.fedemd_current}, {fedavg_name(config.base, setup, reading)}"
+  )
 
 
 def cell_name(config: ml_collections.ConfigDict, scenario: str, method: str) -> str:
   """A cell's folder under ``cells/``: ``<scenario>_<method>`` (FedAvg, the committed cells'
-  names) or ``<scenario>_<method>_fedsgd``."""
-  suffix = "_fedsgd" if config.get("aggregation_setup", "fedavg") == "fedsgd" else ""
+  names), ``<scenario>_<method>_fedsgd`` (FedSGD, the epoch reading) or
+  ``<scenario>_<method>_fedsgd_gradient``."""
+  suffix = ""
+  if config.get("aggregation_setup", "fedavg") == "fedsgd":
+    suffix = "_fedsgd"
+    if config.get("fedsgd_reading", "epoch") == "gradient":
+      suffix += "_gradient"
   return f"{scenario}_{method}{suffix}"
 
 
@@ -334,27 +357,32 @@ def cell_config(
       hp["truncation_tol"] = tol
   c.selection_hparams = ml_collections.ConfigDict(hp)
   if config.get("aggregation_setup", "fedavg") == "fedsgd":
-    # FedSGD (McMahan et al.): each selected client computes one gradient on all its data
-    # and the server averages them (the plain mean: FedEMD Sec. 5.4, "simple averaging");
-    # one local step of lr eta from the global model is -eta x that gradient (momentum's
-    # first step is the gradient itself), so the server's step is -eta x the mean gradient.
-    c.local_steps = 0
-    c.local_epochs = 1
+    # FedSGD averages the cohort simply (FedEMD Sec. 5.4, "simple averaging rather than
+    # weighted"; Sec. 5.1: "FedSGD always considers one local epoch")
     c.aggregator_hparams = ml_collections.ConfigDict({"weighting": "uniform"})
-    chunk = int(config.get("fedsgd_batch_size", 0))
-    if chunk:
-      # the gradient added up over batches of `chunk` at the global model (client update
-      # "fedsgd", plain SGD): the same step, without padding every client to the largest.
-      # FedProx's proximal term has zero gradient at the global model, so its FedSGD cell
-      # is Random's.
-      c.client_update = "fedsgd"
-      c.client_update_hparams = ml_collections.ConfigDict()
-      c.client_optimizer = "sgd"
-      c.client_momentum = 0.0
-      c.batch_size = chunk
-    elif max_examples:
-      c.batch_size = int(max_examples)  # one padded batch of the largest client's size
+    if config.get("fedsgd_reading", "epoch") == "gradient":
+      _fedsgd_gradient(c, int(config.get("fedsgd_batch_size", 0)), max_examples)
   return c
+
+
+def _fedsgd_gradient(c: ml_collections.ConfigDict, chunk: int, max_examples: int) -> None:
+  """McMahan et al.'s FedSGD on a cell config: each selected client computes one gradient on
+  all its data at the global model; one step of lr eta is -eta x that gradient (momentum's
+  first step is the gradient itself), so the server's step is -eta x the mean gradient.
+  ``chunk`` > 0 adds the gradient up over batches of ``chunk`` (client update "fedsgd", plain
+  SGD: the same step without padding every client to the largest; FedProx's proximal term
+  has zero gradient at the global model, so its cell is Random's); 0 is one batch of
+  ``max_examples`` (the largest client), every client padded to it."""
+  c.local_steps = 0
+  c.local_epochs = 1
+  if chunk:
+    c.client_update = "fedsgd"
+    c.client_update_hparams = ml_collections.ConfigDict()
+    c.client_optimizer = "sgd"
+    c.client_momentum = 0.0
+    c.batch_size = chunk
+  elif max_examples:
+    c.batch_size = int(max_examples)
 
 
 def rounds_to_reach(history: list[dict], target: float) -> int | None:

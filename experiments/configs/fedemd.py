@@ -28,8 +28,10 @@ TiFL and FedFast are selection strategies (``fedjax_sel/selection/tifl.py``, ``f
 their hyper-parameters in ``tifl`` and ``fedfast``), FedProx is Random selection with the
 FedProx local update (``fedprox_mu``). ``aggregation_setup`` names Table 1's two
 aggregations: ``"fedavg"`` (default: one local epoch, batch 4, the weighting above) or
-``"fedsgd"`` (one full-batch gradient step per selected client, the plain mean of the
-updates, then the server's step; its cells are ``cells/<scenario>_<method>_fedsgd``).
+``"fedsgd"`` (the plain mean of the cohort; ``fedsgd_reading`` "epoch", the default: FedAvg's
+local epoch, as the paper uses the name and the authors' code averages, cells
+``cells/<scenario>_<method>_fedsgd``; "gradient": one full-batch gradient step per selected
+client, McMahan et al.'s FedSGD, cells ``cells/<scenario>_<method>_fedsgd_gradient``).
 
 App. A.3-A.6 (``supplement``): ``"fig5"``, ``"fig6"`` or ``"fig7"`` runs that figure's fixed
 cells (mav-always / mav-never are built in ``experiments/fedemd.py``, as only this study knows
@@ -91,12 +93,15 @@ def get_config() -> ml_collections.ConfigDict:
   c.scenarios = ("1_excl", "2_excl", "3_excl", "2_shared", "3_shared")
   c.maverick_classes = (0, 1, 2)  # Fashion-MNIST 'T-shirt', 'Trouser', 'Pullover'
   c.methods = ("random", "tifl", "fedfast", "fedprox", "shapley", "fedemd")
-  # Table 1's aggregations: "fedavg" (the base above) or "fedsgd" (one full-batch gradient
-  # step per client; the plain mean)
+  # Table 1's aggregations: "fedavg" (the base above) or "fedsgd" (the plain mean)
   c.aggregation_setup = "fedavg"
-  # FedSGD's full-batch gradient, added up over batches of this size at the global model
-  # (client update "fedsgd"); 0 = one batch of the largest client's size, every client padded
-  # to it (the first build: the same step, ~5x the examples of a round)
+  # FedSGD's two readings: "epoch" (FedAvg's local epoch and the plain mean: the paper's
+  # "FedSGD always considers one local epoch" and "simple averaging"; the authors' code
+  # trains one epoch and averages) or "gradient" (one full-batch gradient step per client)
+  c.fedsgd_reading = "epoch"
+  # the gradient reading's full-batch gradient, added up over batches of this size at the
+  # global model (client update "fedsgd"); 0 = one batch of the largest client's size, every
+  # client padded to it (the first build: the same step, ~5x the examples of a round)
   c.fedsgd_batch_size = 128  # the fastest of 64, 128, 250, 500, 1000 (the FedEMD page)
   c.fedprox_mu = 0.01  # FedEMD does not give it; FedProx's and the library's default
   # TiFL (Chai et al.): 5 tiers as in its experiments; credits 0 = ceil(rounds / num_tiers)

@@ -54,14 +54,16 @@ def _kernel_bias(params):
 
 
 @pytest.mark.parametrize("batch", [0, 1, 2, 500])
-def test_fedsgd_server_update_is_minus_lr_times_the_plain_mean_gradient(batch):
-  """Two clients (3 and 2 examples), both selected: one full-batch step each, the plain mean,
+def test_fedsgd_gradient_reading_is_minus_lr_times_the_plain_mean_gradient(batch):
+  """The gradient reading (McMahan et al.'s FedSGD). Two clients (3 and 2 examples), both
+  selected: one full-batch step each, the plain mean,
   server lr 1: W' - W = -0.5 (g_0 + g_1) / 2, not the size-weighted (3 g_0 + 2 g_1) / 5.
   batch 0: one padded batch of the largest client (momentum's first step is the gradient
   itself); 1 and 2: the gradient added up over batches of 1 or 2 (a partial last batch) at
   the global model; 500: one batch larger than every client."""
   data = _tiny_data()
   config = _config("fedsgd")
+  config.fedsgd_reading = "gradient"
   config.fedsgd_batch_size = batch
   cfg = fedemd.cell_config(config, "random", fedemd.max_client_examples(data))
   assert (cfg.batch_size, cfg.local_epochs, cfg.local_steps) == (batch or 3, 1, 0)
@@ -79,6 +81,37 @@ def test_fedsgd_server_update_is_minus_lr_times_the_plain_mean_gradient(batch):
   assert np.abs(-0.5 * weighted - (w1 - w)).max() > 1e-3  # the test tells the two apart
 
 
+def test_fedsgd_epoch_reading_is_fedavgs_local_epoch_and_the_plain_mean():
+  """The default reading: FedAvg's cell config field for field, but the plain mean; its
+  server update is the plain mean of the two clients' one-epoch deltas (client 0's 3
+  examples weigh as much as client 1's 2), not their size-weighted mean."""
+  data = _tiny_data()
+  fedsgd, fedavg = _config("fedsgd"), _config("fedavg")
+  assert fedsgd.fedsgd_reading == "epoch"
+  for method in ("random", "fedprox", "fedemd"):
+    a = fedemd.cell_config(fedsgd, method, 3).to_dict()
+    b = fedemd.cell_config(fedavg, method, 3).to_dict()
+    assert a.pop("aggregator_hparams") == {"weighting": "uniform"}
+    assert b.pop("aggregator_hparams") == {"weighting": "selection"}
+    assert a == b
+    assert fedemd.cell_name(fedsgd, "1_excl", method) == f"1_excl_{method}_fedsgd"
+  # batch 4 holds each client's whole data (3 and 2 examples), so each client's epoch is one
+  # step, -lr x its full-batch gradient (momentum's first step is the gradient itself)
+  before, after = _one_round(fedemd.cell_config(fedsgd, "random", 3), data)
+  w, b = _kernel_bias(before)
+  deltas = [-0.5 * _full_batch_gradient(w, b, X[idx], Y[idx])[0] for idx in CLIENTS]
+  w1 = _kernel_bias(after)[0] - w
+  np.testing.assert_allclose(w1, (deltas[0] + deltas[1]) / 2, atol=1e-6)
+  assert np.abs((3 * deltas[0] + 2 * deltas[1]) / 5 - w1).max() > 1e-3
+
+
+def test_bad_fedsgd_reading_is_one_line():
+  config = fedemd_config.get_config()
+  config.fedsgd_reading = "step"
+  with pytest.raises(ValueError, match=r"^fedsgd_reading='step'; allowed: epoch, gradient$"):
+    fedemd.prepare_config(config)
+
+
 def test_fedavg_setup_keeps_the_committed_cell_config_and_names():
   config = _config("fedavg")
   for method in ("random", "fedemd", "shapley"):
@@ -87,6 +120,8 @@ def test_fedavg_setup_keeps_the_committed_cell_config_and_names():
     assert fedemd.cell_name(config, "1_excl", method) == f"1_excl_{method}"
   fedsgd = _config("fedsgd")
   assert fedemd.cell_name(fedsgd, "1_excl", "tifl") == "1_excl_tifl_fedsgd"
+  fedsgd.fedsgd_reading = "gradient"
+  assert fedemd.cell_name(fedsgd, "1_excl", "tifl") == "1_excl_tifl_fedsgd_gradient"
 
 
 def test_new_methods_cell_configs():

@@ -1,7 +1,8 @@
 #!/bin/bash
 # FedEMD Table 1 whole, Fashion-MNIST row: TiFL, FedFast and FedProx beside Random and FedEMD
 # under FedAvg (the study's default set-up: the text's reading, one StepLR stepped every 100
-# rounds), all five under FedSGD, then SVB under FedAvg. One cell and seed per command, seed 0
+# rounds), all five under FedSGD (its default reading: one local epoch, the plain mean), then
+# SVB under FedAvg. One cell and seed per command, seed 0
 # of every cell first, so each finished cell can be committed as it lands.
 # Resumable: rerun this script: nohup results/fedemd_fmnist/scripts/run_table1.sh > runs/fedemd_table1_chain.log 2>&1 &
 # (every command has --resume; finished cells are skipped, so a fresh machine continues at the
@@ -20,6 +21,7 @@ declare -A RESULT_OF=(
   [fedemd_fmnist_text_round_lr]=fedemd_fmnist/text_reading_lr_per_round_default/table1
   [fedemd_fmnist_text_round_lr_fedsgd]=fedemd_fmnist/text_reading_lr_per_round_default/table1_fedsgd
   [fedemd_fmnist_text_round_lr_svb]=fedemd_fmnist/text_reading_lr_per_round_default/svb
+  [fedemd_fmnist_text_round_lr_fedsgd_gradient]=fedemd_fmnist/text_reading_lr_per_round_default/table1_fedsgd_gradient
 )
 if [ "$1" = collect ]; then  # finished cells (never checkpoints) [and the tables], to results/
   for name in "${!RESULT_OF[@]}"; do
