@@ -178,6 +178,7 @@ RESULTS = {
     "fl_fdms_fmnist_mlp_markov",
     "fl_fdms_fmnist_mlp_oracle",
     "fl_fdms_fmnist_mlp_general",
+    "fl_fdms_fmnist_mlp_general_markov",
   ),
   "fedemd": ("fedemd_fmnist",),
   "clustered_sampling": ("clustered_sampling_fmnist", "clustered_sampling_fmnist_order"),
