@@ -821,6 +821,24 @@ def fedemd_fedsgd_cost() -> None:
     )
 
 
+def fedemd_fedsgd_readings() -> None:
+  """Random, seed 0, Table 1's set-up under FedSGD's two readings and under FedAvg: test
+  accuracy at rounds 10, 50, 100, 150, 200 and the best (round)."""
+  for name, folder in (
+    ("FedSGD, epoch reading", f"{DEFAULT}/table1_fedsgd/cells/1_excl_random_fedsgd/seed0"),
+    (
+      "FedSGD, gradient reading",
+      f"{DEFAULT}/table1_fedsgd_gradient/cells/1_excl_random_fedsgd_gradient/seed0",
+    ),
+    ("FedAvg, size-weighted", f"{DEFAULT}/table1/cells/1_excl_random/seed0"),
+  ):
+    _, history = cell(folder)
+    acc = {r["round"]: 100 * r["test_accuracy"] for r in history}
+    best = max(acc, key=acc.get)
+    at = ", ".join(f"{t} {acc[t]:.2f}" for t in (10, 50, 100, 150, 200))
+    print(f"Random seed 0, {name}: test accuracy at rounds {at}; best {acc[best]:.2f} ({best})")
+
+
 def fedemd() -> None:
   print("# the text's reading: D_c from label distributions, size-weighted FedAvg")
   fedemd_text_table1(f"{DEFAULT}/table1", "StepLR per round")
@@ -831,6 +849,7 @@ def fedemd() -> None:
   fedemd_per_class()
   fedemd_cost()
   fedemd_fedsgd_cost()
+  fedemd_fedsgd_readings()
   print("# the supplement (App. A): Table 2's overhead, the s/round of Fig. 5-7's cells")
   fedemd_supplement()
   fedemd_supplement_fig6()
