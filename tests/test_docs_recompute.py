@@ -290,6 +290,7 @@ LINES = {
   ("fedemd", "| Random, TiFL, FedFast, FedProx, FedEMD under FedSGD"): "the plan",
   ("fedemd", "| SVB under FedAvg |"): "the plan, at SVB's 3-round timing",
   ("fedemd", "About 18 h of the 2 cores alone"): "the plan's total",
+  ("fedemd", "**Fig. 4 whole**"): "the plan: runs x rounds x s/round",
   ("fedemd", "**The gradient reading without the padding**"): "the timing's set-up",
 }
 # (page, text on the page): why its numbers stand although no committed file of ours gives

@@ -1,0 +1,42 @@
+#!/bin/bash
+# FedEMD Fig. 4 whole, Fashion-MNIST, the default set-up (the text's reading, one StepLR
+# stepped every 100 rounds): TiFL, FedFast and FedProx on seed 0 and seeds 1, 2 of Random and
+# FedEMD, in the four scenarios with 2-3 Mavericks (seed 0 of Random and FedEMD is
+# committed). One (scenario, method, seed) per command, in the order that settles the claims
+# soonest: the shared scenarios' baselines (Fig. 4b: "Random performs the most similar to
+# FedEMD"), their seeds 1, 2 ("the standard deviation of FedEMD is smaller"), then the
+# exclusive scenarios'.
+# Resumable: rerun this script (every command has --resume; finished cells are skipped, and
+# on a fresh machine the committed cells are copied from results/ into runs/ first):
+#   nohup env PYTHON=.venv/bin/python results/fedemd_fmnist/scripts/run_fig4.sh > runs/fedemd_fig4_chain.log 2>&1 &
+# Copy the finished cells (config.json, metrics.jsonl, summary.json; never checkpoints) into
+# results/fedemd_fmnist/text_reading_lr_per_round_default/fig4/cells/ with
+#   results/fedemd_fmnist/scripts/run_fig4.sh collect
+# The page's tables come from the cells: results/fedemd_fmnist/scripts/fig4_table.py.
+set -x
+cd "$(dirname "$0")/../../.."  # the repository root
+PY=${PYTHON:-python}
+FMNIST=${FMNIST:-/usr/share/datasets/fashion-mnist}
+RUNS=runs/fedemd_fmnist_text_fig4
+CELLS=results/fedemd_fmnist/text_reading_lr_per_round_default/fig4/cells
+if [ "$1" = collect ]; then
+  for cell in "$RUNS"/cells/*/seed*; do
+    $PY -c 'import json,sys; sys.exit(not json.load(open(sys.argv[1])).get("complete"))' \
+      "$cell/summary.json" 2>/dev/null || continue
+    out=$CELLS/${cell#"$RUNS"/cells/}
+    [ -f "$out/summary.json" ] && continue
+    mkdir -p "$out" && cp "$cell"/{config.json,metrics.jsonl,summary.json} "$out/"
+  done
+  exit 0
+fi
+mkdir -p "$RUNS" && cp -rn "$CELLS" "$RUNS/"
+FIG4=(--data_dir="$FMNIST" --cpu_devices=2 --resume --config.maverick_classes="(1,0,2)"
+      --config.trace_shapley=False --output_dir="$RUNS")
+cell() {  # cell <scenario> <method> <seed>: Random's cell of that seed trains first if missing
+  nice -n 10 $PY -m experiments.fedemd "${FIG4[@]}" --config.scenarios="('$1',)" \
+    --config.methods="('random','$2')" --seeds="$3" || exit 1
+}
+for sc in 2_shared 3_shared; do for m in tifl fedfast fedprox; do cell $sc $m 0; done; done
+for seed in 1 2; do for sc in 2_shared 3_shared; do cell $sc fedemd $seed; done; done
+for sc in 2_excl 3_excl; do for m in tifl fedfast fedprox; do cell $sc $m 0; done; done
+for seed in 1 2; do for sc in 2_excl 3_excl; do cell $sc fedemd $seed; done; done
