@@ -5,7 +5,7 @@
 # committed). One (scenario, method, seed) per command, in the order that settles the claims
 # soonest: the shared scenarios' baselines (Fig. 4b: "Random performs the most similar to
 # FedEMD"), their seeds 1, 2 ("the standard deviation of FedEMD is smaller"), then the
-# exclusive scenarios'.
+# exclusive scenarios' (STEPS picks some of the four: STEPS=1 runs the shared baselines).
 # Resumable: rerun this script (every command has --resume; finished cells are skipped, and
 # on a fresh machine the committed cells are copied from results/ into runs/ first):
 #   nohup env PYTHON=.venv/bin/python results/fedemd_fmnist/scripts/run_fig4.sh > runs/fedemd_fig4_chain.log 2>&1 &
@@ -36,7 +36,13 @@ cell() {  # cell <scenario> <method> <seed>: Random's cell of that seed trains f
   nice -n 10 $PY -m experiments.fedemd "${FIG4[@]}" --config.scenarios="('$1',)" \
     --config.methods="('random','$2')" --seeds="$3" || exit 1
 }
-for sc in 2_shared 3_shared; do for m in tifl fedfast fedprox; do cell $sc $m 0; done; done
-for seed in 1 2; do for sc in 2_shared 3_shared; do cell $sc fedemd $seed; done; done
-for sc in 2_excl 3_excl; do for m in tifl fedfast fedprox; do cell $sc $m 0; done; done
-for seed in 1 2; do for sc in 2_excl 3_excl; do cell $sc fedemd $seed; done; done
+# STEPS (default "1 2 3 4") picks the steps to run, e.g. STEPS=1 for the shared baselines only
+for step in ${STEPS:-1 2 3 4}; do
+  case $step in
+    1) for sc in 2_shared 3_shared; do for m in tifl fedfast fedprox; do cell $sc $m 0; done; done ;;
+    2) for seed in 1 2; do for sc in 2_shared 3_shared; do cell $sc fedemd $seed; done; done ;;
+    3) for sc in 2_excl 3_excl; do for m in tifl fedfast fedprox; do cell $sc $m 0; done; done ;;
+    4) for seed in 1 2; do for sc in 2_excl 3_excl; do cell $sc fedemd $seed; done; done ;;
+    *) echo "STEPS=$STEPS: unknown step $step; allowed: 1 2 3 4" >&2; exit 2 ;;
+  esac
+done
