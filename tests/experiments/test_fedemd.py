@@ -133,9 +133,11 @@ def test_quick_binary_writes_tables_and_replays_selection(tmp_path):
     assert (out / png).stat().st_size > 5000
 
 
-def test_quick_binary_fedsgd_cells(tmp_path):
-  """--config.aggregation_setup=fedsgd writes ``<scenario>_<method>_fedsgd`` cells whose runs
-  take one full-batch step per client (batch = the largest client) and the plain mean."""
+@pytest.mark.parametrize("reading", ["epoch", "gradient"])
+def test_quick_binary_fedsgd_cells(tmp_path, reading):
+  """--config.aggregation_setup=fedsgd writes ``<scenario>_<method>_fedsgd`` cells (the epoch
+  reading: FedAvg's local epoch, batch 4, and the plain mean) or ``..._fedsgd_gradient`` cells
+  (one full-batch step per client: client update fedsgd over batches of 128, plain SGD)."""
   out = tmp_path / "fedsgd"
   p = subprocess.run(
     [
@@ -145,6 +147,7 @@ def test_quick_binary_fedsgd_cells(tmp_path):
       "--quick",
       f"--output_dir={out}",
       "--config.aggregation_setup=fedsgd",
+      f"--config.fedsgd_reading={reading}",
       "--config.methods=('random','tifl')",
     ],
     cwd=ROOT,
@@ -155,13 +158,19 @@ def test_quick_binary_fedsgd_cells(tmp_path):
   )
   assert p.returncode == 0, p.stderr[-3000:]
   assert [r[0] for r in read_csv(out / "r99.csv")[1:]] == ["Random", "TiFL"]
+  suffix = "_fedsgd" if reading == "epoch" else "_fedsgd_gradient"
   for method in ("random", "tifl"):
-    cell = out / "cells" / f"1_excl_{method}_fedsgd" / "seed0"
+    cell = out / "cells" / f"1_excl_{method}{suffix}" / "seed0"
     cfg = json.loads((cell / "config.json").read_text())["config"]
     sizes = json.loads((cell / "summary.json").read_text())
     assert cfg["aggregator_hparams"] == {"weighting": "uniform"}
     assert (cfg["local_epochs"], cfg["local_steps"]) == (1, 0)
-    assert cfg["batch_size"] > 4 and sizes["complete"]
+    assert sizes["complete"]
+    if reading == "epoch":
+      assert (cfg["batch_size"], cfg["client_update"]) == (4, "sgd")
+    else:
+      assert (cfg["batch_size"], cfg["client_update"]) == (128, "fedsgd")
+      assert (cfg["client_optimizer"], cfg["client_momentum"]) == ("sgd", 0.0)
 
 
 def test_dodge_offsets_are_centred_on_the_tick():
