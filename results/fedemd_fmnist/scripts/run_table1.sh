@@ -32,6 +32,8 @@ if [ "$1" = collect ]; then  # finished cells (never checkpoints) [and the table
       for f in "$src"/*.md "$src"/*.csv "$src"/*.png; do [ -e "$f" ] && cp "$f" "$dst/"; done
     fi
     for cell in "$src"/cells/*/seed*; do
+      # the SVB folder's Random cells are copies of Table 1's (committed there)
+      [ "$name" = fedemd_fmnist_text_round_lr_svb ] && [[ $cell == */1_excl_random/* ]] && continue
       $PY -c 'import json,sys; sys.exit(not json.load(open(sys.argv[1])).get("complete"))' \
         "$cell/summary.json" 2>/dev/null || continue
       out=$dst/${cell#"$src"/}
