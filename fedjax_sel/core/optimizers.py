@@ -26,6 +26,12 @@ LR_SCHEDULE_UNITS = ("round", "participation")
 DEFAULT_CLIENT_MOMENTUM = 0.9  # what client_optimizer="momentum" means with client_momentum=0
 
 
+def client_momentum(name: str, momentum: float = 0.0) -> float:
+  """The heavy-ball momentum a client optimizer runs with: ``momentum``, or 0.9 for
+  ``"momentum"`` given 0 (its meaning before ``momentum`` was a value), else 0."""
+  return float(momentum) or (DEFAULT_CLIENT_MOMENTUM if name == "momentum" else 0.0)
+
+
 def make_server_optimizer(name: str, lr: float, momentum: float = 0.9):
   check_range("server_lr", lr, 0.0, low_inclusive=False)
   if not np.isfinite(float(lr)):
@@ -64,7 +70,7 @@ def make_client_optimizer(name: str, momentum: float = 0.0, weight_decay: float 
   check_range("client_weight_decay", weight_decay, 0.0)
   if not np.isfinite(float(weight_decay)):
     raise ValueError(f"client_weight_decay={weight_decay!r} is out of range; allowed: [0, inf)")
-  mu = float(momentum) or (DEFAULT_CLIENT_MOMENTUM if name == "momentum" else 0.0)
+  mu = client_momentum(name, momentum)
   wd = float(weight_decay)
 
   def make(lr):

@@ -241,9 +241,7 @@ def validate_config(c: ml_collections.ConfigDict) -> None:
 def _check_fedsgd(c: ml_collections.ConfigDict) -> None:
   """FedSGD adds up one epoch of batch gradients taken at the global model into one step:
   that needs plain SGD (linear in the gradient) and exactly one epoch."""
-  momentum = float(c.client_momentum) or (
-    optimizers.DEFAULT_CLIENT_MOMENTUM if c.client_optimizer == "momentum" else 0.0
-  )
+  momentum = optimizers.client_momentum(c.client_optimizer, c.client_momentum)
   bad = []
   if momentum:
     bad.append(f"client_optimizer={c.client_optimizer!r} with momentum {momentum}")
