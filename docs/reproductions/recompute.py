@@ -68,6 +68,16 @@ def cell(folder: str) -> tuple[dict, list[dict]]:
   return summary, history
 
 
+def committed_seeds(cell_dir: str) -> list[int]:
+  """The seeds of ``results/<cell_dir>/seed<k>/`` that hold a summary.json (sorted; [] when
+  the cell has none)."""
+  base = f"{RESULTS}/{cell_dir}"
+  if not os.path.isdir(base):
+    return []
+  done = [s for s in os.listdir(base) if os.path.exists(f"{base}/{s}/summary.json")]
+  return sorted(int(s.removeprefix("seed")) for s in done)
+
+
 def mean_std(values) -> str:
   a = np.asarray(values, np.float64)
   return f"{a.mean():.2f} ± {a.std():.2f}"
@@ -295,6 +305,9 @@ def fl_fdms_markov() -> None:
     )
 
 
+METHODS_GENERAL = ("dropout", "stale", "fdms")
+
+
 def fl_fdms_general() -> None:
   """The general non-iid setting (2 classes per client) against the clustered one, under each
   dropout process: FL-FDMS's gain over Dropout and Stale per α, per seed and as seed means
@@ -304,23 +317,13 @@ def fl_fdms_general() -> None:
     ("fl_fdms_fmnist_mlp_general", "fl_fdms_fmnist_mlp", "general"),
     ("fl_fdms_fmnist_mlp_general_markov", "fl_fdms_fmnist_mlp_markov", "general, Markov"),
   ):
-    cells_dir = f"{RESULTS}/{general}/cells"
     for a in ("0.3", "0.5", "0.7"):
-      done = {
-        m: {
-          int(s[4:])
-          for s in os.listdir(f"{cells_dir}/alpha{a}_{m}")
-          if os.path.exists(f"{cells_dir}/alpha{a}_{m}/{s}/summary.json")
-        }
-        if os.path.isdir(f"{cells_dir}/alpha{a}_{m}")
-        else set()
-        for m in ("dropout", "stale", "fdms")
-      }
-      seeds = sorted(set.intersection(*done.values()))
+      done = [set(committed_seeds(f"{general}/cells/alpha{a}_{m}")) for m in METHODS_GENERAL]
+      seeds = sorted(set.intersection(*done))
       if not seeds:
         continue
       per_seed = {}
-      for m in ("dropout", "stale", "fdms"):
+      for m in METHODS_GENERAL:
         runs = [cell(f"{general}/cells/alpha{a}_{m}/seed{k}") for k in seeds]
         per_seed[m] = (
           final_accuracies(runs),
@@ -979,12 +982,9 @@ FEDAR_NAMES = {
 def fedar_runs(folder: str, name: str) -> tuple[tuple[dict, list[dict]], ...]:
   """Every committed, complete seed of one FedAR cell (seed order); () when none. Cached:
   the main study's cells are read by several tables."""
-  base = f"{RESULTS}/{folder}/cells/{name}"
-  if not os.path.isdir(base):
-    return ()
   runs = []
-  for seed in sorted(os.listdir(base), key=lambda s: int(s.removeprefix("seed"))):
-    summary, history = cell(f"{folder}/cells/{name}/{seed}")
+  for seed in committed_seeds(f"{folder}/cells/{name}"):
+    summary, history = cell(f"{folder}/cells/{name}/seed{seed}")
     if summary.get("complete"):
       runs.append((summary, history))
   return tuple(runs)
