@@ -13,6 +13,9 @@
 # results/fedemd_fmnist/text_reading_lr_per_round_default/fig4/cells/ with
 #   results/fedemd_fmnist/scripts/run_fig4.sh collect
 # The page's tables come from the cells: results/fedemd_fmnist/scripts/fig4_table.py.
+# LANES=2 (default) runs two one-device commands side by side (1.18x the rounds an hour of one
+# two-device command on this study: docs/performance.md); LANES=1 runs one command at a time
+# on both cores (--cpu_devices=2).
 set -x
 cd "$(dirname "$0")/../../.."  # the repository root
 PY=${PYTHON:-python}
@@ -29,20 +32,36 @@ if [ "$1" = collect ]; then
   done
   exit 0
 fi
+case ${LANES:=2} in 1|2) ;; *) echo "LANES=$LANES: allowed: 1 or 2" >&2; exit 2 ;; esac
+DEVICES=$([ "$LANES" = 1 ] && echo 2 || echo 1)
 mkdir -p "$RUNS" && cp -rn "$CELLS" "$RUNS/"
-FIG4=(--data_dir="$FMNIST" --cpu_devices=2 --resume --config.maverick_classes="(1,0,2)"
+FIG4=(--data_dir="$FMNIST" --cpu_devices="$DEVICES" --resume --config.maverick_classes="(1,0,2)"
       --config.trace_shapley=False --output_dir="$RUNS")
 cell() {  # cell <scenario> <method> <seed>: Random's cell of that seed trains first if missing
   nice -n 10 $PY -m experiments.fedemd "${FIG4[@]}" --config.scenarios="('$1',)" \
-    --config.methods="('random','$2')" --seeds="$3" || exit 1
+    --config.methods="('random','$2')" --seeds="$3"
 }
-# STEPS (default "1 2 3 4") picks the steps to run, e.g. STEPS=1 for the shared baselines only
+# STEPS (default "1 2 3 4") picks the steps to run, e.g. STEPS=1 for the shared baselines only.
+# Two commands running at once never share a (scenario, seed): step 2's and 4's commands train
+# Random's cell of their own scenario and seed.
+JOBS=()
 for step in ${STEPS:-1 2 3 4}; do
   case $step in
-    1) for sc in 2_shared 3_shared; do for m in tifl fedfast fedprox; do cell $sc $m 0; done; done ;;
-    2) for seed in 1 2; do for sc in 2_shared 3_shared; do cell $sc fedemd $seed; done; done ;;
-    3) for sc in 2_excl 3_excl; do for m in tifl fedfast fedprox; do cell $sc $m 0; done; done ;;
-    4) for seed in 1 2; do for sc in 2_excl 3_excl; do cell $sc fedemd $seed; done; done ;;
+    1) for sc in 2_shared 3_shared; do for m in tifl fedfast fedprox; do JOBS+=("$sc $m 0"); done; done ;;
+    2) for seed in 1 2; do for sc in 2_shared 3_shared; do JOBS+=("$sc fedemd $seed"); done; done ;;
+    3) for sc in 2_excl 3_excl; do for m in tifl fedfast fedprox; do JOBS+=("$sc $m 0"); done; done ;;
+    4) for seed in 1 2; do for sc in 2_excl 3_excl; do JOBS+=("$sc fedemd $seed"); done; done ;;
     *) echo "STEPS=$STEPS: unknown step $step; allowed: 1 2 3 4" >&2; exit 2 ;;
   esac
 done
+lane() {  # lane <index>: jobs index, index + LANES, ...; a failed command stops its lane
+  for ((i = $1; i < ${#JOBS[@]}; i += LANES)); do
+    # shellcheck disable=SC2086
+    cell ${JOBS[$i]} || { echo "lane $1: stopped at ${JOBS[$i]}" >&2; return 1; }
+  done
+}
+PIDS=()
+for ((l = 0; l < LANES; l++)); do lane "$l" & PIDS+=($!); done
+status=0
+for p in "${PIDS[@]}"; do wait "$p" || status=1; done
+exit $status
