@@ -233,6 +233,12 @@ def prepare_config(
     )
   if unknown:
     raise ValueError(f"unknown method(s) {unknown}; known: {', '.join(METHODS)}")
+  repeated = sorted({m for m in c.methods if list(c.methods).count(m) > 1})
+  if repeated:
+    raise ValueError(
+      f"methods={tuple(c.methods)!r} names {', '.join(repeated)} more than once; allowed: each "
+      "method once (their cells would share a folder)"
+    )
   check_supplement(c)
   if "random" not in c.methods:
     raise ValueError("methods must include 'random': R@99 is relative to Random selection")

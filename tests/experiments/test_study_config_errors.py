@@ -23,6 +23,12 @@ CASES = [
   # the example: the study's own check (prepare_config)
   ("fedemd", ["--config.methods=('fedemd',)"], "methods must include 'random'"),
   ("fedemd", ["--config.scenarios=('3_both',)"], "scenario '3_both'"),
+  # a method named twice: its two cells would share one folder
+  (
+    "fedemd",
+    ["--config.methods=('random','random')"],
+    "names random more than once; allowed: each method once",
+  ),
   # the base config's checks (experiment.validate_config), made for every cell up front
   ("fedemd", ["--config.base.client_lr=-1"], "client_lr=-1.0 is out of range"),
   # an override naming no field (raised while ml_collections defines --config)

@@ -50,31 +50,55 @@ for name in "${!RESULT_OF[@]}"; do
   [ -d "$cells" ] || continue
   mkdir -p "runs/$name" && cp -rn "$cells" "runs/$name/"
 done
-T1=(--data_dir="$FMNIST" --cpu_devices=2 --resume --config.maverick_classes="(1,0,2)"
+case ${LANES:=2} in 1|2) ;; *) echo "LANES=$LANES: allowed: 1 or 2" >&2; exit 2 ;; esac
+DEVICES=$([ "$LANES" = 1 ] && echo 2 || echo 1)
+T1=(--data_dir="$FMNIST" --cpu_devices="$DEVICES" --resume --config.maverick_classes="(1,0,2)"
     --config.trace_shapley=False --config.scenarios="('1_excl',)"
     --config.base.lr_schedule_unit=round --config.base.lr_step_size=100)
 AVG=(--output_dir=runs/fedemd_fmnist_text_round_lr)
 SGD=(--config.aggregation_setup=fedsgd --output_dir=runs/fedemd_fmnist_text_round_lr_fedsgd)
+SVB=(--output_dir=runs/fedemd_fmnist_text_round_lr_svb)
 # one (method, seed) cell beside Random's (R@99 is relative to Random's best, same seed):
 # Random's cell of that seed trains first where it is missing
-cell() {  # cell <AVG|SGD> <method> <seed>
+cell() {  # cell <AVG|SGD|SVB> <method> <seed>
   local -n setup=$1
-  nice -n 10 $PY -m experiments.fedemd "${T1[@]}" "${setup[@]}" \
-    --config.methods="('random','$2')" --seeds="$3" || exit 1
+  local methods="('random','$2')"
+  [ "$2" = random ] && methods="('random',)"
+  nice -n 10 $PY -m experiments.fedemd "${T1[@]}" "${setup[@]}" --config.methods="$methods" \
+    --seeds="$3"
 }
-for seed in 0 1 2; do
-  for m in tifl fedfast fedprox; do cell AVG $m $seed; done
-  for m in random tifl fedfast fedprox fedemd; do cell SGD $m $seed; done
+# LANES=2 (default) runs two one-device commands side by side (1.18x the rounds an hour of one
+# two-device command on this study: docs/performance.md); LANES=1 one at a time on both cores.
+# Two commands running at once never train the same cell: a phase's commands that would train
+# Random's cell of a seed (FedSGD seeds 1, 2) wait for the phase that trains it.
+phase() {  # phase <job>...: the jobs ("<setup> <method> <seed>") in LANES lanes
+  local jobs=("$@") pids=() status=0
+  lane() {
+    for ((i = $1; i < ${#jobs[@]}; i += LANES)); do
+      # shellcheck disable=SC2086
+      cell ${jobs[$i]} || { echo "lane $1: stopped at ${jobs[$i]}" >&2; return 1; }
+    done
+  }
+  for ((l = 0; l < LANES; l++)); do lane "$l" & pids+=($!); done
+  for p in "${pids[@]}"; do wait "$p" || status=1; done
+  [ $status = 0 ] || exit 1
+}
+# seed 0 of every cell (Random's FedAvg and FedSGD cells of seed 0 are committed) and
+# Random's FedSGD cells of seeds 1, 2; then seeds 1, 2 of the rest
+phase "AVG tifl 0" "AVG fedfast 0" "AVG fedprox 0" "SGD tifl 0" "SGD fedfast 0" "SGD fedprox 0" \
+  "SGD fedemd 0" "SGD random 1" "SGD random 2"
+JOBS=()
+for seed in 1 2; do
+  for m in tifl fedfast fedprox; do JOBS+=("AVG $m $seed"); done
+  for m in tifl fedfast fedprox fedemd; do JOBS+=("SGD $m $seed"); done
 done
+phase "${JOBS[@]}"
 # the tables of all five methods and three seeds (every cell finished: nothing trains)
 ALL="--config.methods=('random','tifl','fedfast','fedprox','fedemd')"
 nice -n 10 $PY -m experiments.fedemd "${T1[@]}" "${AVG[@]}" "$ALL" --seeds=0,1,2 || exit 1
 nice -n 10 $PY -m experiments.fedemd "${T1[@]}" "${SGD[@]}" "$ALL" --seeds=0,1,2 || exit 1
 # SVB (Shapley) under FedAvg, ~1.5 h a seed; Random's finished cells are copied in, so that
 # only SVB trains
-SVB=(--config.methods="('random','shapley')" --output_dir=runs/fedemd_fmnist_text_round_lr_svb)
 mkdir -p runs/fedemd_fmnist_text_round_lr_svb/cells/1_excl_random
 cp -rn runs/fedemd_fmnist_text_round_lr/cells/1_excl_random/seed* runs/fedemd_fmnist_text_round_lr_svb/cells/1_excl_random/
-for seed in 0 1 2; do
-  nice -n 10 $PY -m experiments.fedemd "${T1[@]}" "${SVB[@]}" --seeds=$seed || exit 1
-done
+phase "SVB shapley 0" "SVB shapley 1" "SVB shapley 2"
