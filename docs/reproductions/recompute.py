@@ -521,10 +521,21 @@ def fedemd_text_table1(folder: str, unit: str) -> None:
 
 # Table 1's Fashion-MNIST row in the paper: R@99 per aggregation and method (SVB: Sec. 5.1)
 TABLE1_PAPER = {
-  "FedSGD": {"random": "144.0", "tifl": "140.3", "fedfast": "> 200", "fedprox": "135.7",
-             "fedemd": "131.3"},
-  "FedAvg": {"random": "110.7", "tifl": "146.3", "fedfast": "> 200", "fedprox": "92.0",
-             "fedemd": "79.7", "shapley": "> 200"},
+  "FedSGD": {
+    "random": "144.0",
+    "tifl": "140.3",
+    "fedfast": "> 200",
+    "fedprox": "135.7",
+    "fedemd": "131.3",
+  },
+  "FedAvg": {
+    "random": "110.7",
+    "tifl": "146.3",
+    "fedfast": "> 200",
+    "fedprox": "92.0",
+    "fedemd": "79.7",
+    "shapley": "> 200",
+  },
 }
 
 

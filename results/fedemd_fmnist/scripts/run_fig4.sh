@@ -20,6 +20,7 @@ set -x
 cd "$(dirname "$0")/../../.."  # the repository root
 PY=${PYTHON:-python}
 FMNIST=${FMNIST:-/usr/share/datasets/fashion-mnist}
+case ${LANES:=2} in 1|2) ;; *) echo "LANES=$LANES: allowed: 1 or 2" >&2; exit 2 ;; esac
 RUNS=runs/fedemd_fmnist_text_fig4
 CELLS=results/fedemd_fmnist/text_reading_lr_per_round_default/fig4/cells
 if [ "$1" = collect ]; then
@@ -32,7 +33,6 @@ if [ "$1" = collect ]; then
   done
   exit 0
 fi
-case ${LANES:=2} in 1|2) ;; *) echo "LANES=$LANES: allowed: 1 or 2" >&2; exit 2 ;; esac
 DEVICES=$([ "$LANES" = 1 ] && echo 2 || echo 1)
 mkdir -p "$RUNS" && cp -rn "$CELLS" "$RUNS/"
 FIG4=(--data_dir="$FMNIST" --cpu_devices="$DEVICES" --resume --config.maverick_classes="(1,0,2)"

@@ -16,6 +16,7 @@ cd "$(dirname "$0")/../../.."  # the repository root
 # Fashion-MNIST IDX files (default: where Debian's dataset-fashion-mnist installs them)
 PY=${PYTHON:-python}
 FMNIST=${FMNIST:-/usr/share/datasets/fashion-mnist}
+case ${LANES:=2} in 1|2) ;; *) echo "LANES=$LANES: allowed: 1 or 2" >&2; exit 2 ;; esac
 # Where each run folder (runs/<name>/) is committed under results/.
 declare -A RESULT_OF=(
   [fedemd_fmnist_text_round_lr]=fedemd_fmnist/text_reading_lr_per_round_default/table1
@@ -50,7 +51,6 @@ for name in "${!RESULT_OF[@]}"; do
   [ -d "$cells" ] || continue
   mkdir -p "runs/$name" && cp -rn "$cells" "runs/$name/"
 done
-case ${LANES:=2} in 1|2) ;; *) echo "LANES=$LANES: allowed: 1 or 2" >&2; exit 2 ;; esac
 DEVICES=$([ "$LANES" = 1 ] && echo 2 || echo 1)
 T1=(--data_dir="$FMNIST" --cpu_devices="$DEVICES" --resume --config.maverick_classes="(1,0,2)"
     --config.trace_shapley=False --config.scenarios="('1_excl',)"
