@@ -552,20 +552,22 @@ def fedemd_table1_whole() -> None:
       if not seeds:
         print(f"Table 1 whole, {setup}, {m}: no committed seed (paper {paper})")
         continue
-      reached, best, final = [], [], []
+      reached, best, final, picks = [], [], [], []
       for seed in seeds:
-        _, history = cell(f"{where}/cells/1_excl_{m}{suffix}/seed{seed}")
+        summary, history = cell(f"{where}/cells/1_excl_{m}{suffix}/seed{seed}")
         _, reference = cell(f"{folder}/cells/1_excl_random{suffix}/seed{seed}")
         reached.append(r99(history, reference))
         a = accuracies(history)
         best.append(f"{a.max():.2f} ({int(a.argmax()) + 1})")
         final.append(a[-1])
+        picks.append(str(counts_of(summary)[0]))
       hit = [r for r in reached if r is not None]
       print(
         f"Table 1 whole, {setup}, {m}, seeds {', '.join(map(str, seeds))}: R@99 "
         + " / ".join(str(r) if r is not None else "> 200" for r in reached)
         + f", mean {mean_std(hit) if hit else '> 200'} ({len(hit)} of {len(seeds)} seeds reach "
-        f"it; paper {paper}); best (round) {' / '.join(best)}; final {mean_std(final)} %"
+        f"it; paper {paper}); best (round) {' / '.join(best)}; final {mean_std(final)} %; "
+        f"Maverick picks {' / '.join(picks)} of 1000"
       )
 
 
