@@ -539,6 +539,37 @@ TABLE1_PAPER = {
 }
 
 
+def fedemd_r99_line(
+  label: str, cell_dir: str, random_dir: str, paper: str = "", mavericks: int = 1
+) -> None:
+  """One method's committed seeds that have Random's cell of the same seed: R@99 per seed
+  against that Random's best, the mean ± std over the seeds that reach it, best (round),
+  final accuracy and the picks of the Mavericks (clients 0 .. mavericks - 1)."""
+  with_random = set(committed_seeds(random_dir))
+  seeds = [s for s in committed_seeds(cell_dir) if s in with_random]
+  paper = f"; paper {paper}" if paper else ""
+  if not seeds:
+    print(f"{label}: no committed seed{paper}")
+    return
+  reached, best, final, picks = [], [], [], []
+  for seed in seeds:
+    summary, history = cell(f"{cell_dir}/seed{seed}")
+    _, reference = cell(f"{random_dir}/seed{seed}")
+    reached.append(r99(history, reference))
+    a = accuracies(history)
+    best.append(f"{a.max():.2f} ({int(a.argmax()) + 1})")
+    final.append(a[-1])
+    picks.append(str(counts_of(summary)[:mavericks].sum()))
+  hit = [r for r in reached if r is not None]
+  print(
+    f"{label}, seeds {', '.join(map(str, seeds))}: R@99 "
+    + " / ".join(str(r) if r is not None else "> 200" for r in reached)
+    + f", mean {mean_std(hit) if hit else '> 200'} ({len(hit)} of {len(seeds)} seeds reach "
+    f"it{paper}); best (round) {' / '.join(best)}; final {mean_std(final)} %; "
+    f"Maverick picks {' / '.join(picks)} of 1000"
+  )
+
+
 def fedemd_table1_whole() -> None:
   """Table 1's ten cells and SVB as far as they are committed (the default set-up): each
   method's R@99 per seed against Random's best in the same aggregation and seed."""
@@ -547,27 +578,25 @@ def fedemd_table1_whole() -> None:
     folder, suffix = folders[setup]
     for m, paper in methods.items():
       where = f"{DEFAULT}/svb" if m == "shapley" else folder
-      with_random = set(committed_seeds(f"{folder}/cells/1_excl_random{suffix}"))
-      seeds = [s for s in committed_seeds(f"{where}/cells/1_excl_{m}{suffix}") if s in with_random]
-      if not seeds:
-        print(f"Table 1 whole, {setup}, {m}: no committed seed (paper {paper})")
-        continue
-      reached, best, final, picks = [], [], [], []
-      for seed in seeds:
-        summary, history = cell(f"{where}/cells/1_excl_{m}{suffix}/seed{seed}")
-        _, reference = cell(f"{folder}/cells/1_excl_random{suffix}/seed{seed}")
-        reached.append(r99(history, reference))
-        a = accuracies(history)
-        best.append(f"{a.max():.2f} ({int(a.argmax()) + 1})")
-        final.append(a[-1])
-        picks.append(str(counts_of(summary)[0]))
-      hit = [r for r in reached if r is not None]
-      print(
-        f"Table 1 whole, {setup}, {m}, seeds {', '.join(map(str, seeds))}: R@99 "
-        + " / ".join(str(r) if r is not None else "> 200" for r in reached)
-        + f", mean {mean_std(hit) if hit else '> 200'} ({len(hit)} of {len(seeds)} seeds reach "
-        f"it; paper {paper}); best (round) {' / '.join(best)}; final {mean_std(final)} %; "
-        f"Maverick picks {' / '.join(picks)} of 1000"
+      fedemd_r99_line(
+        f"Table 1 whole, {setup}, {m}",
+        f"{where}/cells/1_excl_{m}{suffix}",
+        f"{folder}/cells/1_excl_random{suffix}",
+        paper,
+      )
+
+
+def fedemd_fig4_whole() -> None:
+  """Fig. 4's cells as far as they are committed (the default set-up): every method's R@99
+  per seed against Random's best in the same scenario and seed (claims 42, 43)."""
+  folder = f"{DEFAULT}/fig4/cells"
+  for scenario in ("2_shared", "3_shared", "2_excl", "3_excl"):
+    for m in ("random", "tifl", "fedfast", "fedprox", "fedemd"):
+      fedemd_r99_line(
+        f"Fig. 4 whole, {scenario}, {m}",
+        f"{folder}/{scenario}_{m}",
+        f"{folder}/{scenario}_random",
+        mavericks=int(scenario[0]),
       )
 
 
@@ -908,6 +937,7 @@ def fedemd() -> None:
   fedemd_fedsgd_cost()
   fedemd_fedsgd_readings()
   fedemd_table1_whole()
+  fedemd_fig4_whole()
   print("# the supplement (App. A): Table 2's overhead, the s/round of Fig. 5-7's cells")
   fedemd_supplement()
   fedemd_supplement_fig6()
