@@ -59,6 +59,7 @@ from absl import app, flags, logging
 
 from experiments import common
 from fedjax_sel import experiment, models
+from fedjax_sel.core import checkpoint
 from fedjax_sel.core import simulation as sim_lib
 from fedjax_sel.core.registry import is_integer
 from fedjax_sel.core.types import (
@@ -73,6 +74,7 @@ from fedjax_sel.core.types import (
 from fedjax_sel.data import loaders, partitions
 from fedjax_sel.data.federated import FederatedData, split_from_indices
 from fedjax_sel.data.loaders import num_local_test
+from fedjax_sel.experiment.config import _check_same_config, _fingerprint
 from fedjax_sel.metrics import results
 from fedjax_sel.selection import common as selection_common
 from fedjax_sel.selection import fedemd as fedemd_selection
@@ -968,14 +970,34 @@ def run_traced_cell(
   global test set), ``selected`` (client ids), ``maverick_selected``, ``seconds`` (of the
   round and its evaluation); with SVB also ``shapley`` and ``sizes`` (per slot),
   ``cohort``, ``valid`` and ``fairness`` (U_t, Def. 3.3). A finished trace (``rounds``
-  records) is read back with ``resume``; an unfinished one is started again (no checkpoints).
+  records) is read back with ``resume``. The state is checkpointed every
+  ``cfg.checkpoint_every`` rounds (0: never) with the trace's length, so an unfinished trace
+  continues with ``resume`` from its newest checkpoint, the records after it dropped: the
+  same records as a run without the stop (tested), at most ``checkpoint_every - 1`` rounds
+  run again.
   """
   os.makedirs(folder, exist_ok=True)
   path = os.path.join(folder, "trace.jsonl")
   done = results.read_jsonl(path) if resume else []
   if len(done) == int(cfg.rounds):
     return done
-  results.write_jsonl(path, [])
+  sim = traced_simulation(cfg, dataset, method)
+  state = sim.init(int(cfg.seed), None if cfg.availability_seed < 0 else cfg.availability_seed)
+  fingerprint = _fingerprint(cfg)
+  records: list[dict] = []
+  if resume and checkpoint.latest_round(folder) is not None:
+    state, extra = checkpoint.restore(folder, state)
+    _check_same_config(extra.get("config"), fingerprint, folder)
+    records = [r for r in done if r["round"] <= int(state.round)]
+    if len(records) != int(state.round):  # the trace lost records the checkpoint has
+      raise ValueError(
+        f"{path} holds {len(records)} records up to the checkpoint of round "
+        f"{int(state.round)}; remove {checkpoint.checkpoint_dir(folder)} to start the cell again"
+      )
+    logging.info("resuming the trace %s from round %d", folder, int(state.round))
+  else:
+    checkpoint.clear(folder)
+  results.write_jsonl(path, records)
   results.write_json(
     os.path.join(folder, "config.json"),
     {
@@ -984,15 +1006,13 @@ def run_traced_cell(
       "config": cfg.to_dict(),
     },
   )
-  sim = traced_simulation(cfg, dataset, method)
-  state = sim.init(int(cfg.seed), None if cfg.availability_seed < 0 else cfg.availability_seed)
   mav = set(dataset.extras.get("mavericks", []))
   sizes = np.asarray(dataset.train.counts, np.float64)
   test_x, test_y = np.asarray(dataset.test_x), np.asarray(dataset.test_y)
   predict = jax.jit(lambda p, x: jnp.argmax(sim.model.apply(p, x / sim.x_divisor), -1))
-  before = np.zeros(sim.num_clients, np.int64)
-  records = []
-  for t in range(int(cfg.rounds)):
+  before = np.asarray(state.sampling_counts, np.int64)
+  every = int(cfg.get("checkpoint_every", 0))
+  for t in range(len(records), int(cfg.rounds)):
     start = time.perf_counter()
     state, _ = sim.run_rounds(state, 1)
     pred = np.concatenate(
@@ -1026,8 +1046,11 @@ def run_traced_cell(
     rec["seconds"] = time.perf_counter() - start
     results.append_jsonl(path, rec)
     records.append(rec)
+    if every > 0 and (t + 1) % every == 0 and t + 1 < int(cfg.rounds):
+      checkpoint.save_kept(folder, state, t + 1, {"config": fingerprint})
     if (t + 1) % 10 == 0:
       logging.info("%s: round %d, accuracy %.4f", folder, t + 1, rec["test_accuracy"])
+  checkpoint.clear(folder)  # the finished trace is read back, never resumed
   return records
 
 

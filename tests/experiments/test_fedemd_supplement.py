@@ -292,3 +292,46 @@ def test_shapley_truncation_is_passed_only_when_changed():
     ValueError, match=r"shapley_truncation_tol=1.5; allowed: a number in \[0, 1\]"
   ):
     fedemd.prepare_config(config)
+
+
+def test_a_stopped_trace_continues_from_its_checkpoint(tmp_path, monkeypatch):
+  """A supplement trace stopped after round 3 (checkpoint every 2 rounds) continues from
+  round 2 with --resume: the same records as a run without the stop, round 3 run again."""
+  config = fedemd.prepare_config(fedemd_config.get_config(), quick=True, rounds=4)
+  config.supplement = "fig5"  # SVB: its moving Shapley averages are part of the state
+  config.base.checkpoint_every = 2
+  whole = fedemd.run_study(config, str(tmp_path / "whole"), [0])["traces"]["1_excl", "shapley"]
+
+  append = fedemd.results.append_jsonl
+  calls = []
+
+  def stop_after_three(path, record):
+    calls.append(record["round"])
+    append(path, record)
+    if len(calls) == 3:
+      raise KeyboardInterrupt
+
+  monkeypatch.setattr(fedemd.results, "append_jsonl", stop_after_three)
+  with pytest.raises(KeyboardInterrupt):
+    fedemd.run_study(config, str(tmp_path / "stopped"), [0])
+  folder = tmp_path / "stopped" / "cells" / "1_excl_shapley" / "seed0"
+  assert fedemd.checkpoint.all_rounds(str(folder)) == [2]
+  before = fedemd.results.read_jsonl(str(folder / "trace.jsonl"))
+  assert [r["round"] for r in before] == [1, 2, 3]
+  calls.clear()
+  monkeypatch.setattr(
+    fedemd.results, "append_jsonl", lambda path, r: (calls.append(r["round"]), append(path, r))
+  )
+  resumed = fedemd.run_study(config, str(tmp_path / "stopped"), [0])["traces"]
+  resumed = resumed["1_excl", "shapley"]
+  assert calls == [3, 4]  # rounds 1-2 come from the checkpoint and the kept records
+  assert [r["seconds"] for r in resumed[0][:2]] == [r["seconds"] for r in before[:2]]
+
+  def same_fields(trace):  # every field but the round's seconds; NaN (U_t undefined) as text
+    return [
+      json.dumps({k: v for k, v in r.items() if k != "seconds"}, sort_keys=True) for r in trace
+    ]
+
+  assert same_fields(resumed[0]) == same_fields(whole[0])
+  assert len(fedemd.results.read_jsonl(str(folder / "trace.jsonl"))) == 4
+  assert fedemd.checkpoint.all_rounds(str(folder)) == []  # a finished trace keeps none
