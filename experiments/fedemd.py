@@ -971,7 +971,7 @@ def run_traced_cell(
   round and its evaluation); with SVB also ``shapley`` and ``sizes`` (per slot),
   ``cohort``, ``valid`` and ``fairness`` (U_t, Def. 3.3). A finished trace (``rounds``
   records) is read back with ``resume``. The state is checkpointed every
-  ``cfg.checkpoint_every`` rounds (0: never) with the trace's length, so an unfinished trace
+  ``cfg.checkpoint_every`` rounds (0: at every evaluation, here every round), so an unfinished trace
   continues with ``resume`` from its newest checkpoint, the records after it dropped: the
   same records as a run without the stop (tested), at most ``checkpoint_every - 1`` rounds
   run again.
@@ -1011,7 +1011,7 @@ def run_traced_cell(
   test_x, test_y = np.asarray(dataset.test_x), np.asarray(dataset.test_y)
   predict = jax.jit(lambda p, x: jnp.argmax(sim.model.apply(p, x / sim.x_divisor), -1))
   before = np.asarray(state.sampling_counts, np.int64)
-  every = int(cfg.get("checkpoint_every", 0))
+  every = int(cfg.get("checkpoint_every", 0)) or 1  # 0: at every evaluation (every round)
   for t in range(len(records), int(cfg.rounds)):
     start = time.perf_counter()
     state, _ = sim.run_rounds(state, 1)
@@ -1046,7 +1046,7 @@ def run_traced_cell(
     rec["seconds"] = time.perf_counter() - start
     results.append_jsonl(path, rec)
     records.append(rec)
-    if every > 0 and (t + 1) % every == 0 and t + 1 < int(cfg.rounds):
+    if (t + 1) % every == 0 and t + 1 < int(cfg.rounds):
       checkpoint.save_kept(folder, state, t + 1, {"config": fingerprint})
     if (t + 1) % 10 == 0:
       logging.info("%s: round %d, accuracy %.4f", folder, t + 1, rec["test_accuracy"])
