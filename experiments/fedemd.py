@@ -971,10 +971,10 @@ def run_traced_cell(
   round and its evaluation); with SVB also ``shapley`` and ``sizes`` (per slot),
   ``cohort``, ``valid`` and ``fairness`` (U_t, Def. 3.3). A finished trace (``rounds``
   records) is read back with ``resume``. The state is checkpointed every
-  ``cfg.checkpoint_every`` rounds (0: at every evaluation, here every round), so an unfinished trace
-  continues with ``resume`` from its newest checkpoint, the records after it dropped: the
-  same records as a run without the stop (tested), at most ``checkpoint_every - 1`` rounds
-  run again.
+  ``cfg.checkpoint_every`` rounds (0: at every evaluation, here every round), so an
+  unfinished trace continues with ``resume`` from its newest checkpoint, the records after
+  it dropped: the same records as a run without the stop (tested), at most
+  ``checkpoint_every - 1`` rounds run again.
   """
   os.makedirs(folder, exist_ok=True)
   path = os.path.join(folder, "trace.jsonl")
