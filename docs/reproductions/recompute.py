@@ -598,6 +598,21 @@ def fedemd_fig4_whole() -> None:
         f"{folder}/{scenario}_random",
         mavericks=int(scenario[0]),
       )
+    # how close each baseline runs to FedEMD (claim 42): the mean absolute gap between the two
+    # seed-0 test-accuracy curves over the 200 rounds, and between their R@99
+    fedemd_dir = f"{folder}/{scenario}_fedemd"
+    if 0 not in committed_seeds(fedemd_dir):
+      continue
+    ours = accuracies(cell(f"{fedemd_dir}/seed0")[1])
+    gaps = []
+    for m in ("random", "tifl", "fedfast", "fedprox"):
+      if 0 in committed_seeds(f"{folder}/{scenario}_{m}"):
+        a = accuracies(cell(f"{folder}/{scenario}_{m}/seed0")[1])
+        gaps.append(f"{m} {np.abs(a - ours).mean():.2f}")
+    print(
+      f"Fig. 4 whole, {scenario}, seed 0: mean |accuracy - FedEMD's| over 200 rounds: "
+      + ", ".join(gaps)
+    )
 
 
 def fedemd_text_fig4() -> None:
