@@ -13,14 +13,13 @@
 # results/fedemd_fmnist/text_reading_lr_per_round_default/fig4/cells/ with
 #   results/fedemd_fmnist/scripts/run_fig4.sh collect
 # The page's tables come from the cells: results/fedemd_fmnist/scripts/fig4_table.py.
-# LANES=2 (default) runs two one-device commands side by side (1.18x the rounds an hour of one
-# two-device command on this study: docs/performance.md); LANES=1 runs one command at a time
-# on both cores (--cpu_devices=2).
+# LANES=2 (default) runs two one-device commands side by side, LANES=1 one two-device command
+# at a time (lanes.sh).
 set -x
 cd "$(dirname "$0")/../../.."  # the repository root
 PY=${PYTHON:-python}
 FMNIST=${FMNIST:-/usr/share/datasets/fashion-mnist}
-case ${LANES:=2} in 1|2) ;; *) echo "LANES=$LANES: allowed: 1 or 2" >&2; exit 2 ;; esac
+source results/fedemd_fmnist/scripts/lanes.sh  # LANES, DEVICES, phase
 RUNS=runs/fedemd_fmnist_text_fig4
 CELLS=results/fedemd_fmnist/text_reading_lr_per_round_default/fig4/cells
 if [ "$1" = collect ]; then
@@ -33,7 +32,6 @@ if [ "$1" = collect ]; then
   done
   exit 0
 fi
-DEVICES=$([ "$LANES" = 1 ] && echo 2 || echo 1)
 mkdir -p "$RUNS" && cp -rn "$CELLS" "$RUNS/"
 FIG4=(--data_dir="$FMNIST" --cpu_devices="$DEVICES" --resume --config.maverick_classes="(1,0,2)"
       --config.trace_shapley=False --output_dir="$RUNS")
@@ -54,14 +52,4 @@ for step in ${STEPS:-1 2 3 4}; do
     *) echo "STEPS=$STEPS: unknown step $step; allowed: 1 2 3 4" >&2; exit 2 ;;
   esac
 done
-lane() {  # lane <index>: jobs index, index + LANES, ...; a failed command stops its lane
-  for ((i = $1; i < ${#JOBS[@]}; i += LANES)); do
-    # shellcheck disable=SC2086
-    cell ${JOBS[$i]} || { echo "lane $1: stopped at ${JOBS[$i]}" >&2; return 1; }
-  done
-}
-PIDS=()
-for ((l = 0; l < LANES; l++)); do lane "$l" & PIDS+=($!); done
-status=0
-for p in "${PIDS[@]}"; do wait "$p" || status=1; done
-exit $status
+phase "${JOBS[@]}"

@@ -16,7 +16,7 @@ cd "$(dirname "$0")/../../.."  # the repository root
 # Fashion-MNIST IDX files (default: where Debian's dataset-fashion-mnist installs them)
 PY=${PYTHON:-python}
 FMNIST=${FMNIST:-/usr/share/datasets/fashion-mnist}
-case ${LANES:=2} in 1|2) ;; *) echo "LANES=$LANES: allowed: 1 or 2" >&2; exit 2 ;; esac
+source results/fedemd_fmnist/scripts/lanes.sh  # LANES, DEVICES, phase
 # Where each run folder (runs/<name>/) is committed under results/.
 declare -A RESULT_OF=(
   [fedemd_fmnist_text_round_lr]=fedemd_fmnist/text_reading_lr_per_round_default/table1
@@ -51,7 +51,6 @@ for name in "${!RESULT_OF[@]}"; do
   [ -d "$cells" ] || continue
   mkdir -p "runs/$name" && cp -rn "$cells" "runs/$name/"
 done
-DEVICES=$([ "$LANES" = 1 ] && echo 2 || echo 1)
 T1=(--data_dir="$FMNIST" --cpu_devices="$DEVICES" --resume --config.maverick_classes="(1,0,2)"
     --config.trace_shapley=False --config.scenarios="('1_excl',)"
     --config.base.lr_schedule_unit=round --config.base.lr_step_size=100)
@@ -67,22 +66,8 @@ cell() {  # cell <AVG|SGD|SVB> <method> <seed>
   nice -n 10 $PY -m experiments.fedemd "${T1[@]}" "${setup[@]}" --config.methods="$methods" \
     --seeds="$3"
 }
-# LANES=2 (default) runs two one-device commands side by side (1.18x the rounds an hour of one
-# two-device command on this study: docs/performance.md); LANES=1 one at a time on both cores.
-# Two commands running at once never train the same cell: a phase's commands that would train
-# Random's cell of a seed (FedSGD seeds 1, 2) wait for the phase that trains it.
-phase() {  # phase <job>...: the jobs ("<setup> <method> <seed>") in LANES lanes
-  local jobs=("$@") pids=() status=0
-  lane() {
-    for ((i = $1; i < ${#jobs[@]}; i += LANES)); do
-      # shellcheck disable=SC2086
-      cell ${jobs[$i]} || { echo "lane $1: stopped at ${jobs[$i]}" >&2; return 1; }
-    done
-  }
-  for ((l = 0; l < LANES; l++)); do lane "$l" & pids+=($!); done
-  for p in "${pids[@]}"; do wait "$p" || status=1; done
-  [ $status = 0 ] || exit 1
-}
+# Two lanes (lanes.sh) never train the same cell: a command that would train Random's cell of
+# a seed (FedSGD seeds 1, 2) waits for the phase that trains it.
 # seed 0 of every cell (Random's FedAvg and FedSGD cells of seed 0 are committed) and
 # Random's FedSGD cells of seeds 1, 2; then seeds 1, 2 of the rest
 phase "AVG tifl 0" "AVG fedfast 0" "AVG fedprox 0" "SGD tifl 0" "SGD fedfast 0" "SGD fedprox 0" \
