@@ -171,3 +171,23 @@ def test_a_bad_lanes_value_is_refused(tmp_path, script):
     cwd=tmp_path,
   )
   assert result.returncode == 2 and "LANES=3: allowed: 1 or 2" in result.stderr
+
+
+def test_seeds_picks_the_seeds_of_steps_2_and_4(tmp_path):
+  commands = run_chain(tmp_path, "run_fig4.sh", STEPS="2 4", SEEDS="1")
+  assert sorted((c["scenario"], c["seeds"][0]) for c in commands) == [
+    ("2_excl", 1), ("2_shared", 1), ("3_excl", 1), ("3_shared", 1)
+  ]
+  assert {tuple(c["methods"]) for c in commands} == {("random", "fedemd")}
+
+
+def test_a_bad_seeds_value_is_refused(tmp_path):
+  result = subprocess.run(
+    ["bash", str(SCRIPTS / "run_fig4.sh")],
+    env={**os.environ, "SEEDS": "1 0", "PYTHON": "false"},
+    capture_output=True,
+    text=True,
+    timeout=60,
+    cwd=tmp_path,
+  )
+  assert result.returncode == 2 and "SEEDS=1 0: unknown seed 0; allowed: 1 2" in result.stderr

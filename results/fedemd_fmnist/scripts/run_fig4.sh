@@ -20,6 +20,12 @@ cd "$(dirname "$0")/../../.."  # the repository root
 PY=${PYTHON:-python}
 FMNIST=${FMNIST:-/usr/share/datasets/fashion-mnist}
 source results/fedemd_fmnist/scripts/lanes.sh  # LANES, DEVICES, phase
+for seed in ${SEEDS:-1 2}; do
+  case $seed in
+    1|2) ;;
+    *) echo "SEEDS=$SEEDS: unknown seed $seed; allowed: 1 2 (seed 0 is step 1's and 3's)" >&2; exit 2 ;;
+  esac
+done
 RUNS=runs/fedemd_fmnist_text_fig4
 CELLS=results/fedemd_fmnist/text_reading_lr_per_round_default/fig4/cells
 if [ "$1" = collect ]; then
@@ -39,16 +45,17 @@ cell() {  # cell <scenario> <method> <seed>: Random's cell of that seed trains f
   nice -n 10 $PY -m experiments.fedemd "${FIG4[@]}" --config.scenarios="('$1',)" \
     --config.methods="('random','$2')" --seeds="$3"
 }
-# STEPS (default "1 2 3 4") picks the steps to run, e.g. STEPS=1 for the shared baselines only.
+# STEPS (default "1 2 3 4") picks the steps to run, e.g. STEPS=1 for the shared baselines only;
+# SEEDS (default "1 2") the seeds of steps 2 and 4, e.g. SEEDS=1 to finish seed 1 first.
 # Two commands running at once never share a (scenario, seed): step 2's and 4's commands train
 # Random's cell of their own scenario and seed.
 JOBS=()
 for step in ${STEPS:-1 2 3 4}; do
   case $step in
     1) for sc in 2_shared 3_shared; do for m in tifl fedfast fedprox; do JOBS+=("$sc $m 0"); done; done ;;
-    2) for seed in 1 2; do for sc in 2_shared 3_shared; do JOBS+=("$sc fedemd $seed"); done; done ;;
+    2) for seed in ${SEEDS:-1 2}; do for sc in 2_shared 3_shared; do JOBS+=("$sc fedemd $seed"); done; done ;;
     3) for sc in 2_excl 3_excl; do for m in tifl fedfast fedprox; do JOBS+=("$sc $m 0"); done; done ;;
-    4) for seed in 1 2; do for sc in 2_excl 3_excl; do JOBS+=("$sc fedemd $seed"); done; done ;;
+    4) for seed in ${SEEDS:-1 2}; do for sc in 2_excl 3_excl; do JOBS+=("$sc fedemd $seed"); done; done ;;
     *) echo "STEPS=$STEPS: unknown step $step; allowed: 1 2 3 4" >&2; exit 2 ;;
   esac
 done
