@@ -615,6 +615,37 @@ def fedemd_fig4_whole() -> None:
     )
 
 
+def fedemd_fig4_spread() -> None:
+  """Fig. 4b's spread over seeds (claim 43), Random against FedEMD in the shared scenarios,
+  over the seeds both have committed: R@99 per seed and its std where every seed reaches
+  it, the std of the final and of the best accuracy, and the across-seed std of the
+  accuracy curve averaged over the 200 rounds (population std, ddof = 0)."""
+  folder = f"{DEFAULT}/fig4/cells"
+  for scenario in ("2_shared", "3_shared"):
+    dirs = {m: f"{folder}/{scenario}_{m}" for m in ("random", "fedemd")}
+    seeds = sorted(set(committed_seeds(dirs["random"])) & set(committed_seeds(dirs["fedemd"])))
+    if len(seeds) < 2:
+      print(f"Fig. 4 spread, {scenario}: seeds {seeds} only; a std needs two")
+      continue
+    refs = {s: cell(f"{dirs['random']}/seed{s}")[1] for s in seeds}
+    for m, d in dirs.items():
+      hist = {s: cell(f"{d}/seed{s}")[1] for s in seeds}
+      acc = np.stack([accuracies(hist[s]) for s in seeds])
+      reached = [r99(hist[s], refs[s]) for s in seeds]
+      spread = (
+        f"std {np.std(np.asarray(reached, np.float64)):.1f}"
+        if None not in reached
+        else "std undefined (a seed never reaches it)"
+      )
+      print(
+        f"Fig. 4 spread, {scenario}, {m}, seeds {', '.join(map(str, seeds))}: R@99 "
+        + " / ".join(str(r) if r is not None else "> 200" for r in reached)
+        + f" ({spread}); final {mean_std(acc[:, -1])} %, best {mean_std(acc.max(1))} %; "
+        f"across-seed std of the curve, mean over rounds {acc.std(0).mean():.2f} points "
+        f"(rounds 101-200: {acc[:, 100:].std(0).mean():.2f})"
+      )
+
+
 def fedemd_text_fig4() -> None:
   folder = f"{DEFAULT}/fig4"
   summaries = []
@@ -902,6 +933,47 @@ def fedemd_supplement_fig5() -> None:
       )
 
 
+def fedemd_supplement_fig7() -> None:
+  """App. A.6 / Fig. 7 (claim 47), seed 0. i.i.d.-random and size-het-svb are the
+  supplement's traces (``supplement/fig7``); maverick-random and maverick-svb are Table 1's
+  Random and SVB cells, the same runs as the supplement's cells of those names (their first
+  15 and 20 rounds equal Fig. 6's and Fig. 5's traces: printed). Each curve's R@99 against
+  99 % of i.i.d.-random's best and against its own best, best (round), final and the mean
+  accuracy per 40 rounds."""
+  curves = {}
+  for label, name in (("i.i.d.-random", "iid_random"), ("size-het-svb", "iid_sizehet_shapley")):
+    path = f"{RESULTS}/{SUPPLEMENT}/fig7/cells/{name}/seed0/trace.jsonl"
+    if not os.path.exists(path):
+      print(f"supplement, fig7, {label}: no committed trace")
+      continue
+    with open(path) as f:
+      curves[label] = 100 * np.asarray([json.loads(line)["test_accuracy"] for line in f])
+  for label, folder, trace_of in (
+    ("maverick-random", f"{DEFAULT}/table1/cells/1_excl_random/seed0", "fig6_15_rounds"),
+    ("maverick-svb", f"{DEFAULT}/svb/cells/1_excl_shapley/seed0", "fig5_20_rounds"),
+  ):
+    curves[label] = accuracies(cell(folder)[1])
+    name = folder.split("/")[-2]
+    with open(f"{RESULTS}/{SUPPLEMENT}/{trace_of}/cells/{name}/seed0/trace.jsonl") as f:
+      t = 100 * np.asarray([json.loads(line)["test_accuracy"] for line in f])
+    print(
+      f"supplement, fig7, {label}: results/{folder}; its first {len(t)} rounds against "
+      f"{trace_of}'s trace: max |difference| {np.abs(curves[label][: len(t)] - t).max():.4f} points"
+    )
+  if "i.i.d.-random" not in curves:
+    return
+  target = 0.99 * curves["i.i.d.-random"].max()
+  spans = [(a, a + 39) for a in range(1, SUPPLEMENT_ROUNDS, 40)]
+  for label, a in curves.items():
+    hit, own = np.flatnonzero(a >= target), np.flatnonzero(a >= 0.99 * a.max())
+    print(
+      f"supplement, fig7, seed 0, {label}: R@99 of i.i.d.-random's best "
+      f"{int(hit[0]) + 1 if hit.size else '> 200'} (target {target:.2f}), of its own best "
+      f"{int(own[0]) + 1}; best {a.max():.2f} (round {int(a.argmax()) + 1}), final {a[-1]:.2f}; "
+      f"mean per 40 rounds {blocks(a, spans)}"
+    )
+
+
 def fedemd_fedsgd_cost() -> None:
   """FedSGD's round at each batch size, timed side by side with Random's FedAvg round
   (``table1_round_cost.py``, two runs, each with its own FedAvg round; JSON lines in
@@ -953,10 +1025,12 @@ def fedemd() -> None:
   fedemd_fedsgd_readings()
   fedemd_table1_whole()
   fedemd_fig4_whole()
+  fedemd_fig4_spread()
   print("# the supplement (App. A): Table 2's overhead, the s/round of Fig. 5-7's cells")
   fedemd_supplement()
   fedemd_supplement_fig6()
   fedemd_supplement_fig5()
+  fedemd_supplement_fig7()
   print("# the first reading (ablation): D_c from raw counts, plain mean, StepLR per participation")
   fedemd_first_reading()
   fedemd_first_reading_random()

@@ -160,16 +160,21 @@ def test_one_lane_runs_one_two_device_command_at_a_time(tmp_path):
   assert all(b["start"] >= a["end"] for a, b in zip(commands, commands[1:]))
 
 
-@pytest.mark.parametrize("script", ["run_table1.sh", "run_fig4.sh"])
-def test_a_bad_lanes_value_is_refused(tmp_path, script):
-  result = subprocess.run(
+def refused(tmp_path, script: str, **env) -> subprocess.CompletedProcess:
+  """Runs ``script`` with ``env`` and a ``PYTHON`` that fails: a bad value must stop it first."""
+  return subprocess.run(
     ["bash", str(SCRIPTS / script)],
-    env={**os.environ, "LANES": "3", "PYTHON": "false"},
+    env={**os.environ, "PYTHON": "false", **env},
     capture_output=True,
     text=True,
     timeout=60,
     cwd=tmp_path,
   )
+
+
+@pytest.mark.parametrize("script", ["run_table1.sh", "run_fig4.sh"])
+def test_a_bad_lanes_value_is_refused(tmp_path, script):
+  result = refused(tmp_path, script, LANES="3")
   assert result.returncode == 2 and "LANES=3: allowed: 1 or 2" in result.stderr
 
 
@@ -182,12 +187,5 @@ def test_seeds_picks_the_seeds_of_steps_2_and_4(tmp_path):
 
 
 def test_a_bad_seeds_value_is_refused(tmp_path):
-  result = subprocess.run(
-    ["bash", str(SCRIPTS / "run_fig4.sh")],
-    env={**os.environ, "SEEDS": "1 0", "PYTHON": "false"},
-    capture_output=True,
-    text=True,
-    timeout=60,
-    cwd=tmp_path,
-  )
+  result = refused(tmp_path, "run_fig4.sh", SEEDS="1 0")
   assert result.returncode == 2 and "SEEDS=1 0: unknown seed 0; allowed: 1 2" in result.stderr
