@@ -588,7 +588,7 @@ def fedemd_table1_whole() -> None:
 
 def fedemd_fig4_whole() -> None:
   """Fig. 4's cells as far as they are committed (the default set-up): every method's R@99
-  per seed against Random's best in the same scenario and seed (claims 42, 43)."""
+  per seed against Random's best in the same scenario and seed (claims 39-48)."""
   folder = f"{DEFAULT}/fig4/cells"
   for scenario in ("2_shared", "3_shared", "2_excl", "3_excl"):
     for m in ("random", "tifl", "fedfast", "fedprox", "fedemd"):
@@ -598,7 +598,7 @@ def fedemd_fig4_whole() -> None:
         f"{folder}/{scenario}_random",
         mavericks=int(scenario[0]),
       )
-    # how close each baseline runs to FedEMD (claim 42): the mean absolute gap between the two
+    # how close each baseline runs to FedEMD (claim 47): the mean absolute gap between the two
     # seed-0 test-accuracy curves over the 200 rounds (their R@99 are printed above)
     fedemd_dir = f"{folder}/{scenario}_fedemd"
     if 0 not in committed_seeds(fedemd_dir):
@@ -616,7 +616,7 @@ def fedemd_fig4_whole() -> None:
 
 
 def fedemd_fig4_spread() -> None:
-  """Fig. 4b's spread over seeds (claim 43), Random against FedEMD in the shared scenarios,
+  """Fig. 4b's spread over seeds (claim 48), Random against FedEMD in the shared scenarios,
   over the seeds both have committed: R@99 per seed and its std where every seed reaches
   it, the std of the final and of the best accuracy, and the across-seed std of the
   accuracy curve averaged over the 200 rounds (population std, ddof = 0)."""
@@ -934,7 +934,7 @@ def fedemd_supplement_fig5() -> None:
 
 
 def fedemd_supplement_fig7() -> None:
-  """App. A.6 / Fig. 7 (claim 47), seed 0. i.i.d.-random and size-het-svb are the
+  """App. A.6 / Fig. 7 (claim 52), seed 0. i.i.d.-random and size-het-svb are the
   supplement's traces (``supplement/fig7``); maverick-random and maverick-svb are Table 1's
   Random and SVB cells, the same runs as the supplement's cells of those names (their first
   15 and 20 rounds equal Fig. 6's and Fig. 5's traces: printed). Each curve's R@99 against

@@ -135,7 +135,8 @@ def test_two_lanes_never_train_one_cell_at_once(tmp_path, script):
   ]
   assert len(asked) == len(set(asked))
   if script == "run_fig4.sh":
-    assert len(training) == 20  # 12 baseline cells on seed 0, 8 FedEMD cells of seeds 1, 2
+    # 12 baseline cells on seed 0, 8 FedEMD cells of seeds 1, 2, TiFL's 4 exclusive ones
+    assert len(training) == 24
   else:
     # 3 x 3 FedAvg baselines, 4 x 3 FedSGD methods beside Random, FedSGD Random of seeds 1, 2
     # (seed 0 committed), SVB on 3 seeds
@@ -178,7 +179,19 @@ def test_a_bad_lanes_value_is_refused(tmp_path, script):
   assert result.returncode == 2 and "LANES=3: allowed: 1 or 2" in result.stderr
 
 
-def test_seeds_picks_the_seeds_of_steps_2_and_4(tmp_path):
+def test_tifls_seeds_wait_for_the_random_cells_of_step_4(tmp_path):
+  """Step 5 (TiFL, seeds 1, 2, exclusive) starts once every step-4 command of its scenario and
+  seed has ended: that command trains Random's cell step 5 reads."""
+  commands = run_chain(tmp_path, "run_fig4.sh", STEPS="4 5")
+  tifl = [c for c in commands if "tifl" in c["methods"]]
+  fedemd = [c for c in commands if "fedemd" in c["methods"]]
+  assert len(tifl) == 4 and len(fedemd) == 4
+  for c in tifl:
+    (same,) = [f for f in fedemd if (f["scenario"], f["seeds"]) == (c["scenario"], c["seeds"])]
+    assert c["start"] >= same["end"]
+
+
+def test_seeds_picks_the_seeds_of_steps_2_4_and_5(tmp_path):
   commands = run_chain(tmp_path, "run_fig4.sh", STEPS="2 4", SEEDS="1")
   assert sorted((c["scenario"], c["seeds"][0]) for c in commands) == [
     ("2_excl", 1), ("2_shared", 1), ("3_excl", 1), ("3_shared", 1)

@@ -5,7 +5,8 @@
 # committed). One (scenario, method, seed) per command, in the order that settles the claims
 # soonest: the shared scenarios' baselines (Fig. 4b: "Random performs the most similar to
 # FedEMD"), their seeds 1, 2 ("the standard deviation of FedEMD is smaller"), then the
-# exclusive scenarios' (STEPS picks some of the four: STEPS=1 runs the shared baselines).
+# exclusive scenarios', and last TiFL's seeds 1, 2 there (Fig. 4a: "TiFL's results differ
+# drastically over runs"). STEPS picks some of the five: STEPS=1 runs the shared baselines.
 # Resumable: rerun this script (every command has --resume; finished cells are skipped, and
 # on a fresh machine the committed cells are copied from results/ into runs/ first):
 #   nohup env PYTHON=.venv/bin/python results/fedemd_fmnist/scripts/run_fig4.sh > runs/fedemd_fig4_chain.log 2>&1 &
@@ -45,18 +46,21 @@ cell() {  # cell <scenario> <method> <seed>: Random's cell of that seed trains f
   nice -n 10 $PY -m experiments.fedemd "${FIG4[@]}" --config.scenarios="('$1',)" \
     --config.methods="('random','$2')" --seeds="$3"
 }
-# STEPS (default "1 2 3 4") picks the steps to run, e.g. STEPS=1 for the shared baselines only;
-# SEEDS (default "1 2") the seeds of steps 2 and 4, e.g. SEEDS=1 to finish seed 1 first.
+# STEPS (default "1 2 3 4 5") picks the steps to run, e.g. STEPS=1 for the shared baselines only;
+# SEEDS (default "1 2") the seeds of steps 2, 4 and 5, e.g. SEEDS=1 to finish seed 1 first.
 # Two commands running at once never share a (scenario, seed): step 2's and 4's commands train
-# Random's cell of their own scenario and seed.
-JOBS=()
-for step in ${STEPS:-1 2 3 4}; do
+# Random's cell of their own scenario and seed; step 5's need step 4's Random cells, so they
+# run in a later phase.
+JOBS=() LATER=()
+for step in ${STEPS:-1 2 3 4 5}; do
   case $step in
     1) for sc in 2_shared 3_shared; do for m in tifl fedfast fedprox; do JOBS+=("$sc $m 0"); done; done ;;
     2) for seed in ${SEEDS:-1 2}; do for sc in 2_shared 3_shared; do JOBS+=("$sc fedemd $seed"); done; done ;;
     3) for sc in 2_excl 3_excl; do for m in tifl fedfast fedprox; do JOBS+=("$sc $m 0"); done; done ;;
     4) for seed in ${SEEDS:-1 2}; do for sc in 2_excl 3_excl; do JOBS+=("$sc fedemd $seed"); done; done ;;
-    *) echo "STEPS=$STEPS: unknown step $step; allowed: 1 2 3 4" >&2; exit 2 ;;
+    5) for seed in ${SEEDS:-1 2}; do for sc in 2_excl 3_excl; do LATER+=("$sc tifl $seed"); done; done ;;
+    *) echo "STEPS=$STEPS: unknown step $step; allowed: 1 2 3 4 5" >&2; exit 2 ;;
   esac
 done
 phase "${JOBS[@]}"
+phase "${LATER[@]}"
