@@ -949,7 +949,13 @@ def fedemd_supplement_fig7() -> None:
       print(f"supplement, fig7, {label}: no committed trace")
       continue
     with open(path) as f:
-      curves[label] = 100 * np.asarray([json.loads(line)["test_accuracy"] for line in f])
+      trace = [json.loads(line) for line in f]
+    curves[label] = 100 * np.asarray([r["test_accuracy"] for r in trace])
+    seconds = [r["seconds"] for r in trace]
+    print(
+      f"supplement, fig7, {label}: {len(trace)} rounds in {sum(seconds) / 3600:.2f} h "
+      f"({np.mean(seconds[1:]):.1f} s/round after round 1)"
+    )
   for label, folder, trace_of in (
     ("maverick-random", f"{DEFAULT}/table1/cells/1_excl_random/seed0", "fig6_15_rounds"),
     ("maverick-svb", f"{DEFAULT}/svb/cells/1_excl_shapley/seed0", "fig5_20_rounds"),
