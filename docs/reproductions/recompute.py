@@ -615,6 +615,24 @@ def fedemd_fig4_whole() -> None:
     )
 
 
+def fedemd_fig4_plan() -> None:
+  """The rest of Fig. 4 (run_fig4.sh's steps 3 and 5), from what step 1's baseline cells took
+  in their lane (two one-device commands side by side): a step of k cells takes about
+  ceil(k / 2) cells' time."""
+  folder = f"{DEFAULT}/fig4/cells"
+  minutes = [
+    cell(f"{folder}/{sc}_{m}/seed0")[0]["seconds"] / 60
+    for sc in ("2_shared", "3_shared")
+    for m in ("tifl", "fedfast", "fedprox")
+  ]
+  mean = float(np.mean(minutes))
+  print(
+    f"Fig. 4 plan: step 1's six baseline cells took {min(minutes):.0f}-{max(minutes):.0f} min "
+    f"each in a lane (mean {mean:.0f}); step 3 (6 cells) about {3 * mean / 60:.1f} h, step 5 "
+    f"(4 cells) about {2 * mean / 60:.1f} h as run in two lanes"
+  )
+
+
 def fedemd_fig4_spread() -> None:
   """Fig. 4b's spread over seeds (claim 48), Random against FedEMD in the shared scenarios,
   over the seeds both have committed: R@99 per seed and its std where every seed reaches
@@ -1055,6 +1073,7 @@ def fedemd() -> None:
   fedemd_fedsgd_readings()
   fedemd_table1_whole()
   fedemd_fig4_whole()
+  fedemd_fig4_plan()
   fedemd_fig4_spread()
   print("# the supplement (App. A): Table 2's overhead, the s/round of Fig. 5-7's cells")
   fedemd_supplement()
