@@ -645,9 +645,9 @@ def fedemd_fig4_spread() -> None:
     if len(seeds) < 2:
       print(f"Fig. 4 spread, {scenario}: seeds {seeds} only; a std needs two")
       continue
-    refs = {s: cell(f"{dirs['random']}/seed{s}")[1] for s in seeds}
-    for m, d in dirs.items():
-      hist = {s: cell(f"{d}/seed{s}")[1] for s in seeds}
+    hists = {m: {s: cell(f"{d}/seed{s}")[1] for s in seeds} for m, d in dirs.items()}
+    refs = hists["random"]
+    for m, hist in hists.items():
       acc = np.stack([accuracies(hist[s]) for s in seeds])
       reached = [r99(hist[s], refs[s]) for s in seeds]
       spread = (

@@ -5,9 +5,10 @@ size-het-svb, maverick-random and maverick-svb, seed 0.
 
 The two i.i.d. curves are the supplement's traces (``supplement/fig7/cells/<cell>/seed0/
 trace.jsonl``); the two Maverick curves are Table 1's Random and SVB cells, which are the
-same runs as the supplement's cells of those names (their configs differ only in ``rounds``
-and the output folder, and their accuracy equals the supplement's Fig. 5 / Fig. 6 traces in
-every traced round: ``docs/reproductions/recompute.py fedemd`` prints the check). A curve
+same runs as the supplement's cells of those names (their configs differ only in ``rounds``,
+the output folder and reporting switches, and their accuracy equals the supplement's Fig. 5 /
+Fig. 6 traces in every traced round: ``docs/reproductions/recompute.py fedemd`` prints the
+check). A curve
 whose file is not committed is left out. Default OUT:
 ``results/fedemd_fmnist/supplement/fig7/fig7_seed0.png``.
 """
