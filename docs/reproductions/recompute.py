@@ -59,13 +59,17 @@ def spread(values) -> str:
   return f"{min(values)}-{max(values)}"
 
 
+def jsonl(path: str) -> list[dict]:
+  """The records of a JSON-lines file (``metrics.jsonl``, ``trace.jsonl``), blank lines skipped."""
+  with open(path) as f:
+    return [json.loads(line) for line in f if line.strip()]
+
+
 def cell(folder: str) -> tuple[dict, list[dict]]:
   """(summary, per-evaluation history) of one committed cell/seed folder."""
   with open(f"{RESULTS}/{folder}/summary.json") as f:
     summary = json.load(f)
-  with open(f"{RESULTS}/{folder}/metrics.jsonl") as f:
-    history = [json.loads(line) for line in f]
-  return summary, history
+  return summary, jsonl(f"{RESULTS}/{folder}/metrics.jsonl")
 
 
 def committed_seeds(cell_dir: str) -> list[int]:
@@ -878,8 +882,7 @@ def fedemd_supplement() -> None:
   for source in ("round_cost/fig6", "round_cost/fig7", "fig6_15_rounds"):
     folder = f"{RESULTS}/{SUPPLEMENT}/{source}/cells"
     for name in sorted(os.listdir(folder)):
-      with open(f"{folder}/{name}/seed0/trace.jsonl") as f:
-        trace = [json.loads(line) for line in f]
+      trace = jsonl(f"{folder}/{name}/seed0/trace.jsonl")
       rates[name] = float(np.mean([r["seconds"] for r in trace[1:]]))  # round 1 compiles
       picks = sum(r["maverick_selected"] for r in trace)
       print(
@@ -914,8 +917,7 @@ def fedemd_supplement_fig6() -> None:
   folder = f"{RESULTS}/{SUPPLEMENT}/fig6_15_rounds/cells"
   acc = {}
   for name in sorted(os.listdir(folder)):
-    with open(f"{folder}/{name}/seed0/trace.jsonl") as f:
-      trace = [json.loads(line) for line in f]
+    trace = jsonl(f"{folder}/{name}/seed0/trace.jsonl")
     supplement_trace(f"fig6 (15 rounds), {name}", trace)
     acc[name] = np.array([100 * r["test_accuracy"] for r in trace])
     picks = [r["round"] for r in trace if r["maverick_selected"]]
@@ -932,8 +934,7 @@ def fedemd_supplement_fig6() -> None:
 def fedemd_supplement_fig5() -> None:
   """Fig. 5's cell (SVB, one exclusive Maverick) over its first 20 rounds (seed 0): U over
   the rounds with defined values, and the rounds TMC truncated to 0."""
-  with open(f"{RESULTS}/{SUPPLEMENT}/fig5_20_rounds/cells/1_excl_shapley/seed0/trace.jsonl") as f:
-    trace = [json.loads(line) for line in f]
+  trace = jsonl(f"{RESULTS}/{SUPPLEMENT}/fig5_20_rounds/cells/1_excl_shapley/seed0/trace.jsonl")
   supplement_trace("fig5 (20 rounds), 1_excl_shapley", trace)
   u_t = np.array([r["fairness"] for r in trace], np.float64)
   defined = (np.flatnonzero(~np.isnan(u_t)) + 1).tolist()
@@ -966,8 +967,7 @@ def fedemd_supplement_fig7() -> None:
     if not os.path.exists(path):
       print(f"supplement, fig7, {label}: no committed trace")
       continue
-    with open(path) as f:
-      trace = [json.loads(line) for line in f]
+    trace = jsonl(path)
     curves[label] = 100 * np.asarray([r["test_accuracy"] for r in trace])
     picks = np.zeros(1 + max(k for r in trace for k in r["selected"]), np.int64)
     for r in trace[20:]:
@@ -996,8 +996,8 @@ def fedemd_supplement_fig7() -> None:
   ):
     curves[label] = accuracies(cell(folder)[1])
     name = folder.split("/")[-2]
-    with open(f"{RESULTS}/{SUPPLEMENT}/{trace_of}/cells/{name}/seed0/trace.jsonl") as f:
-      t = 100 * np.asarray([json.loads(line)["test_accuracy"] for line in f])
+    trace = jsonl(f"{RESULTS}/{SUPPLEMENT}/{trace_of}/cells/{name}/seed0/trace.jsonl")
+    t = 100 * np.asarray([r["test_accuracy"] for r in trace])
     print(
       f"supplement, fig7, {label}: results/{folder}; its first {len(t)} rounds against "
       f"{trace_of}'s trace: max |difference| {np.abs(curves[label][: len(t)] - t).max():.4f} points"
@@ -1027,8 +1027,7 @@ def fedemd_fedsgd_cost() -> None:
   (``table1_round_cost.py``, two runs, each with its own FedAvg round; JSON lines in
   ``fedsgd_batch_cost.jsonl``)."""
   path = f"{RESULTS}/fedemd_fmnist/fedsgd_batch_cost.jsonl"
-  with open(path) as f:
-    rows = [json.loads(line) for line in f if line.strip()]
+  rows = jsonl(path)
   for r in rows:
     name = (
       "Random FedAvg"
