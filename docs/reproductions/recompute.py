@@ -620,20 +620,23 @@ def fedemd_fig4_whole() -> None:
 
 
 def fedemd_fig4_plan() -> None:
-  """The rest of Fig. 4 (run_fig4.sh's steps 3 and 5), from what step 1's baseline cells took
-  in their lane (two one-device commands side by side): a step of k cells takes about
-  ceil(k / 2) cells' time."""
+  """The rest of Fig. 4 (run_fig4.sh's steps 4 and 5), from what steps 1 and 3's baseline
+  cells took in their lane (two one-device commands side by side): a step of k cells takes
+  about ceil(k / 2) cells' time. Step 5's commands train Random's cell of their scenario and
+  seed first where step 4 has not."""
   folder = f"{DEFAULT}/fig4/cells"
   minutes = [
     cell(f"{folder}/{sc}_{m}/seed0")[0]["seconds"] / 60
-    for sc in ("2_shared", "3_shared")
+    for sc in ("2_shared", "3_shared", "2_excl", "3_excl")
     for m in ("tifl", "fedfast", "fedprox")
   ]
   mean = float(np.mean(minutes))
   print(
-    f"Fig. 4 plan: step 1's six baseline cells took {min(minutes):.0f}-{max(minutes):.0f} min "
-    f"each in a lane (mean {mean:.0f}); step 3 (6 cells) about {3 * mean / 60:.1f} h, step 5 "
-    f"(4 cells) about {2 * mean / 60:.1f} h as run in two lanes"
+    f"Fig. 4 plan: steps 1 and 3's twelve baseline cells took {min(minutes):.0f}-"
+    f"{max(minutes):.0f} min each in a lane (mean {mean:.0f}); step 5 (TiFL seeds 1, 2 in "
+    f"the exclusive scenarios, 4 cells, and Random's 4 cells of those seeds where step 4 has "
+    f"not run) about {4 * mean / 60:.1f} h as run in two lanes, {2 * mean / 60:.1f} h after "
+    "step 4"
   )
 
 
