@@ -569,7 +569,8 @@ def fedemd_r99_line(
     f"{label}, seeds {', '.join(map(str, seeds))}: R@99 "
     + " / ".join(str(r) if r is not None else "> 200" for r in reached)
     + f", mean {mean_std(hit) if hit else '> 200'} ({len(hit)} of {len(seeds)} seeds reach "
-    f"it{paper}); best (round) {' / '.join(best)}; final {mean_std(final)} %; "
+    f"it{paper}); best (round) {' / '.join(best)}; final "
+    f"{' / '.join(f'{x:.2f}' for x in final)} %, mean {mean_std(final)} %; "
     f"Maverick picks {' / '.join(picks)} of 1000"
   )
 
