@@ -60,7 +60,11 @@ def spread(values) -> str:
 
 
 def jsonl(path: str) -> list[dict]:
-  """The records of a JSON-lines file (``metrics.jsonl``, ``trace.jsonl``), blank lines skipped."""
+  """The records of a JSON-lines file (``metrics.jsonl``, ``trace.jsonl``), blank lines skipped.
+
+  Not ``fedjax_sel.metrics.results.read_jsonl``: that one forgives a missing file and a torn
+  last line (a run in progress), where a committed file must be whole; and importing the
+  package would bring in jax, which this script does not need."""
   with open(path) as f:
     return [json.loads(line) for line in f if line.strip()]
 
