@@ -203,7 +203,7 @@ REFERENCE = re.compile(
 SKIPPED = {
   (
     "fedgs",
-    "### Table 2, Fashion-MNIST, released protocol: status",
+    "### Table 2, Fashion-MNIST, released protocol: why PyTorch's initialisation",
   ): "a check's runs, not committed",
   ("fedgs", "### Table 2, Fashion-MNIST, released protocol: the chain and its plan"): "a plan",
 }
@@ -273,8 +273,6 @@ LINES = {
   "images, one image of ~180 is ~0.6 points",
   # How to run and Deviations: timings of runs that are not committed, and the plans and
   # estimates made from them
-  ("fedgs", "Budget of the released protocol on the 2-core CPU"): "a benchmark's timing "
-  "(benchmarks.real_data_round, no committed run) and the run-rounds and hours it implies",
   ("fl_fdms", "| model |"): "the MLP's layer widths and a 3-round timing of the CNN (not "
   "committed) with the hours it implies",
   (
@@ -341,8 +339,6 @@ ALLOWED = {
   ("fedar", "40.9 / 20.8 / 67.7 vs 41.0 / 21.2 / 69.5"): "the paper's Table 3",
   ("fedar", "40.9 vs 34.0"): "the paper's Table 3",
   ("fedar", "432.5 vs 325"): "the paper's Table 3",
-  ("fedgs", "~10-18 s per round here"): "the released protocol's benchmark timing (How to run), "
-  "no committed run",
   ("fedemd", "measured 26.7 s/round against Random's 5.4"): "SVB's 3-round timing (How to "
   "run), no committed run",
   ("fedemd", "7.0 s/round for Random and 9.2 s/round for FedEMD"): "a 3-round timing, not "
