@@ -616,6 +616,34 @@ def fedemd_table1_whole() -> None:
       )
 
 
+def fedemd_table1_plan() -> None:
+  """The rest of Table 1 (run_table1.sh), from what its committed baseline cells took in their
+  lane (two one-device commands side by side): the cells not yet committed, each at the
+  baselines' mean minutes, SVB's at its own seed 0's, two lanes at a time."""
+  avg, sgd = f"{DEFAULT}/table1/cells", f"{DEFAULT}/table1_fedsgd/cells"
+  svb = f"{DEFAULT}/svb/cells"
+  minutes = [
+    cell(f"{avg}/1_excl_{m}/seed{s}")[0]["seconds"] / 60
+    for m in ("tifl", "fedfast", "fedprox")
+    for s in committed_seeds(f"{avg}/1_excl_{m}")
+  ]
+  todo = sum(3 - len(committed_seeds(f"{avg}/1_excl_{m}")) for m in ("tifl", "fedfast", "fedprox"))
+  todo += sum(
+    3 - len(committed_seeds(f"{sgd}/1_excl_{m}_fedsgd"))
+    for m in ("random", "tifl", "fedfast", "fedprox", "fedemd")
+  )
+  svb_minutes = cell(f"{svb}/1_excl_shapley/seed0")[0]["seconds"] / 60
+  svb_todo = 3 - len(committed_seeds(f"{svb}/1_excl_shapley"))
+  mean = float(np.mean(minutes))
+  print(
+    f"Table 1 plan: the {len(minutes)} committed baseline cells under FedAvg took "
+    f"{min(minutes):.0f}-{max(minutes):.0f} min each in a lane (mean {mean:.0f}); "
+    f"{todo} FedAvg and FedSGD cells to run: about {todo * mean / 120:.1f} h in two lanes; "
+    f"SVB's seed 0 took {svb_minutes:.0f} min, its {svb_todo} other seeds about "
+    f"{svb_todo * svb_minutes / 120:.1f} h in two lanes"
+  )
+
+
 def fedemd_fig4_whole() -> None:
   """Fig. 4's cells as far as they are committed (the default set-up): every method's R@99
   per seed against Random's best in the same scenario and seed (claims 39-48)."""
@@ -1100,6 +1128,7 @@ def fedemd() -> None:
   fedemd_fedsgd_cost()
   fedemd_fedsgd_readings()
   fedemd_table1_whole()
+  fedemd_table1_plan()
   fedemd_fig4_whole()
   fedemd_fig4_plan()
   fedemd_fig4_spread()
