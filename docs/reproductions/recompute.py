@@ -616,6 +616,17 @@ def fedemd_table1_whole() -> None:
       )
 
 
+def fedemd_fedsgd_is_plain_mean() -> None:
+  """FedSGD's epoch reading is FedAvg's local work with the plain mean: FedEMD's FedSGD cell
+  (seed 0) has the config of the plain-mean diagnosis cell, run on another CPU."""
+  a = accuracies(cell(f"{DEFAULT}/table1_fedsgd/cells/1_excl_fedemd_fedsgd/seed0")[1])
+  b = accuracies(cell(f"{DEFAULT}/diagnosis_plain_mean/cells/1_excl_fedemd/seed0")[1])
+  print(
+    f"FedSGD FedEMD seed 0 against the plain-mean diagnosis cell: {len(a)} rounds, "
+    f"max |accuracy difference| {np.abs(a - b).max():.2f} points"
+  )
+
+
 def fedemd_table1_plan() -> None:
   """The rest of Table 1 (run_table1.sh), from what its committed baseline cells took in their
   lane (two one-device commands side by side): the cells not yet committed, each at the
@@ -1129,6 +1140,7 @@ def fedemd() -> None:
   fedemd_fedsgd_readings()
   fedemd_table1_whole()
   fedemd_table1_plan()
+  fedemd_fedsgd_is_plain_mean()
   fedemd_fig4_whole()
   fedemd_fig4_plan()
   fedemd_fig4_spread()
