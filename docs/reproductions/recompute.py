@@ -69,11 +69,15 @@ def jsonl(path: str) -> list[dict]:
     return [json.loads(line) for line in f if line.strip()]
 
 
+def summary_of(folder: str) -> dict:
+  """The summary.json of one committed cell/seed folder."""
+  with open(f"{RESULTS}/{folder}/summary.json") as f:
+    return json.load(f)
+
+
 def cell(folder: str) -> tuple[dict, list[dict]]:
   """(summary, per-evaluation history) of one committed cell/seed folder."""
-  with open(f"{RESULTS}/{folder}/summary.json") as f:
-    summary = json.load(f)
-  return summary, jsonl(f"{RESULTS}/{folder}/metrics.jsonl")
+  return summary_of(folder), jsonl(f"{RESULTS}/{folder}/metrics.jsonl")
 
 
 def committed_seeds(cell_dir: str) -> list[int]:
@@ -600,18 +604,25 @@ def fedemd_r99_line(
   )
 
 
+def table1_cell(setup: str, method: str) -> str:
+  """The committed cell folder of a Table 1 method (the default set-up): FedAvg's in
+  ``table1/``, FedSGD's in ``table1_fedsgd/`` (``_fedsgd`` cells), SVB's in ``svb/``."""
+  if method == "shapley":
+    return f"{DEFAULT}/svb/cells/1_excl_shapley"
+  if setup == "FedSGD":
+    return f"{DEFAULT}/table1_fedsgd/cells/1_excl_{method}_fedsgd"
+  return f"{DEFAULT}/table1/cells/1_excl_{method}"
+
+
 def fedemd_table1_whole() -> None:
   """Table 1's ten cells and SVB as far as they are committed (the default set-up): each
   method's R@99 per seed against Random's best in the same aggregation and seed."""
-  folders = {"FedAvg": (f"{DEFAULT}/table1", ""), "FedSGD": (f"{DEFAULT}/table1_fedsgd", "_fedsgd")}
   for setup, methods in TABLE1_PAPER.items():
-    folder, suffix = folders[setup]
     for m, paper in methods.items():
-      where = f"{DEFAULT}/svb" if m == "shapley" else folder
       fedemd_r99_line(
         f"Table 1 whole, {setup}, {m}",
-        f"{where}/cells/1_excl_{m}{suffix}",
-        f"{folder}/cells/1_excl_random{suffix}",
+        table1_cell(setup, m),
+        table1_cell(setup, "random"),
         paper,
       )
 
@@ -631,20 +642,19 @@ def fedemd_table1_plan() -> None:
   """The rest of Table 1 (run_table1.sh), from what its committed baseline cells took in their
   lane (two one-device commands side by side): the cells not yet committed, each at the
   baselines' mean minutes, SVB's at its own seed 0's, two lanes at a time."""
-  avg, sgd = f"{DEFAULT}/table1/cells", f"{DEFAULT}/table1_fedsgd/cells"
-  svb = f"{DEFAULT}/svb/cells"
+  seeds = {
+    (setup, m): committed_seeds(table1_cell(setup, m))
+    for setup, methods in TABLE1_PAPER.items()
+    for m in methods
+  }
   minutes = [
-    cell(f"{avg}/1_excl_{m}/seed{s}")[0]["seconds"] / 60
+    summary_of(f"{table1_cell('FedAvg', m)}/seed{s}")["seconds"] / 60
     for m in ("tifl", "fedfast", "fedprox")
-    for s in committed_seeds(f"{avg}/1_excl_{m}")
+    for s in seeds["FedAvg", m]
   ]
-  todo = sum(3 - len(committed_seeds(f"{avg}/1_excl_{m}")) for m in ("tifl", "fedfast", "fedprox"))
-  todo += sum(
-    3 - len(committed_seeds(f"{sgd}/1_excl_{m}_fedsgd"))
-    for m in ("random", "tifl", "fedfast", "fedprox", "fedemd")
-  )
-  svb_minutes = cell(f"{svb}/1_excl_shapley/seed0")[0]["seconds"] / 60
-  svb_todo = 3 - len(committed_seeds(f"{svb}/1_excl_shapley"))
+  todo = sum(3 - len(done) for (_, m), done in seeds.items() if m != "shapley")
+  svb_minutes = summary_of(f"{table1_cell('FedAvg', 'shapley')}/seed0")["seconds"] / 60
+  svb_todo = 3 - len(seeds["FedAvg", "shapley"])
   mean = float(np.mean(minutes))
   print(
     f"Table 1 plan: the {len(minutes)} committed baseline cells under FedAvg took "
@@ -691,7 +701,7 @@ def fedemd_fig4_plan() -> None:
   seed first where step 4 has not."""
   folder = f"{DEFAULT}/fig4/cells"
   minutes = [
-    cell(f"{folder}/{sc}_{m}/seed0")[0]["seconds"] / 60
+    summary_of(f"{folder}/{sc}_{m}/seed0")["seconds"] / 60
     for sc in ("2_shared", "3_shared", "2_excl", "3_excl")
     for m in ("tifl", "fedfast", "fedprox")
   ]
@@ -893,7 +903,7 @@ def fedemd_cost() -> None:
       if method not in per_cell:  # Table 1's other baselines have their own timing
         continue
       for seed in sorted(os.listdir(f"{RESULTS}/{folder}/cells/{name}")):
-        s, _ = cell(f"{folder}/cells/{name}/{seed}")
+        s = summary_of(f"{folder}/cells/{name}/{seed}")
         rate = s["seconds"] / s.get("experiments_in_program", 1) / s["rounds"]
         per_cell[method].append(rate)
         if folder.endswith("fig4") and method == "random" and seed == "seed0":
@@ -1196,7 +1206,7 @@ def clustered_sampling_cost() -> None:
     "clustered_sampling_fmnist_order/dirichlet_exact",
   ):
     summaries = [
-      cell(f"{folder}/cells/{name}/{seed}")[0]
+      summary_of(f"{folder}/cells/{name}/{seed}")
       for name in sorted(os.listdir(f"{RESULTS}/{folder}/cells"))
       for seed in sorted(os.listdir(f"{RESULTS}/{folder}/cells/{name}"))
     ]
