@@ -639,30 +639,40 @@ def fedemd_fedsgd_is_plain_mean() -> None:
 
 
 def fedemd_table1_plan() -> None:
-  """The rest of Table 1 (run_table1.sh), from what its committed baseline cells took in their
-  lane (two one-device commands side by side): the cells not yet committed, each at the
-  baselines' mean minutes, SVB's at its own seed 0's, two lanes at a time."""
+  """What run_table1.sh's committed cells took in their lane (two one-device commands side by
+  side): TiFL's, FedFast's and FedProx's under FedAvg and FedSGD, and SVB's; the cells not yet
+  committed (if any) at the baselines' mean minutes, SVB's at its own seeds', two lanes at a
+  time."""
   seeds = {
     (setup, m): committed_seeds(table1_cell(setup, m))
     for setup, methods in TABLE1_PAPER.items()
     for m in methods
   }
   minutes = [
-    summary_of(f"{table1_cell('FedAvg', m)}/seed{s}")["seconds"] / 60
+    summary_of(f"{table1_cell(setup, m)}/seed{s}")["seconds"] / 60
+    for setup in ("FedAvg", "FedSGD")
     for m in ("tifl", "fedfast", "fedprox")
-    for s in seeds["FedAvg", m]
+    for s in seeds[setup, m]
   ]
   todo = sum(3 - len(done) for (_, m), done in seeds.items() if m != "shapley")
-  svb_minutes = summary_of(f"{table1_cell('FedAvg', 'shapley')}/seed0")["seconds"] / 60
-  svb_todo = 3 - len(seeds["FedAvg", "shapley"])
+  svb = seeds["FedAvg", "shapley"]
+  svb_minutes = [
+    summary_of(f"{table1_cell('FedAvg', 'shapley')}/seed{s}")["seconds"] / 60 for s in svb
+  ]
+  svb_todo = 3 - len(svb)
   mean = float(np.mean(minutes))
-  print(
-    f"Table 1 plan: the {len(minutes)} committed baseline cells under FedAvg took "
-    f"{min(minutes):.0f}-{max(minutes):.0f} min each in a lane (mean {mean:.0f}); "
-    f"{todo} FedAvg and FedSGD cells to run: about {todo * mean / 120:.1f} h in two lanes; "
-    f"SVB's seed 0 took {svb_minutes:.0f} min, its {svb_todo} other seeds about "
-    f"{svb_todo * svb_minutes / 120:.1f} h in two lanes"
+  line = (
+    f"Table 1 cost: the {len(minutes)} baseline cells (TiFL, FedFast, FedProx under FedAvg and "
+    f"FedSGD) took {min(minutes):.0f}-{max(minutes):.0f} min each in a lane (mean {mean:.0f}); "
+    f"SVB's seeds {', '.join(map(str, svb))} took "
+    f"{' / '.join(f'{m:.0f}' for m in svb_minutes)} min"
   )
+  if todo:
+    line += f"; {todo} FedAvg and FedSGD cells to run: about {todo * mean / 120:.1f} h in two lanes"
+  if svb_todo:
+    svb_mean = float(np.mean(svb_minutes))
+    line += f"; SVB's {svb_todo} other seeds: about {svb_todo * svb_mean / 120:.1f} h in two lanes"
+  print(line)
 
 
 def fedemd_fig4_whole() -> None:
