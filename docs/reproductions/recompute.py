@@ -671,7 +671,8 @@ def fedemd_table1_plan() -> None:
     line += f"; {todo} FedAvg and FedSGD cells to run: about {todo * mean / 120:.1f} h in two lanes"
   if svb_todo:
     svb_mean = float(np.mean(svb_minutes))
-    line += f"; SVB's {svb_todo} other seed(s): about {svb_todo * svb_mean / 120:.1f} h in two lanes"
+    hours = svb_todo * svb_mean / 120
+    line += f"; SVB's {svb_todo} other seed(s): about {hours:.1f} h in two lanes"
   print(line)
 
 
