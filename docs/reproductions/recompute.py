@@ -638,7 +638,7 @@ def fedemd_fedsgd_is_plain_mean() -> None:
   )
 
 
-def fedemd_table1_plan() -> None:
+def fedemd_table1_cost() -> None:
   """What run_table1.sh's committed cells took in their lane (two one-device commands side by
   side): TiFL's, FedFast's and FedProx's under FedAvg and FedSGD, and SVB's; the cells not yet
   committed (if any) at the baselines' mean minutes, SVB's at its own seeds', two lanes at a
@@ -1160,7 +1160,7 @@ def fedemd() -> None:
   fedemd_fedsgd_cost()
   fedemd_fedsgd_readings()
   fedemd_table1_whole()
-  fedemd_table1_plan()
+  fedemd_table1_cost()
   fedemd_fedsgd_is_plain_mean()
   fedemd_fig4_whole()
   fedemd_fig4_plan()
