@@ -87,3 +87,7 @@ nice -n 10 $PY -m experiments.fedemd "${T1[@]}" "${SGD[@]}" "$ALL" --seeds=0,1,2
 mkdir -p runs/fedemd_fmnist_text_round_lr_svb/cells/1_excl_random
 cp -rn runs/fedemd_fmnist_text_round_lr/cells/1_excl_random/seed* runs/fedemd_fmnist_text_round_lr_svb/cells/1_excl_random/
 phase "SVB shapley 0" "SVB shapley 1" "SVB shapley 2"
+# SVB's tables over its three seeds beside Random's (every cell finished: nothing trains); the
+# one-cell commands above leave tables of their last seed only, which "collect tables" copies
+nice -n 10 $PY -m experiments.fedemd "${T1[@]}" "${SVB[@]}" "--config.methods=('random','shapley')" \
+  --seeds=0,1,2 || exit 1
