@@ -705,34 +705,54 @@ def fedemd_fig4_whole() -> None:
     )
 
 
-def fedemd_fig4_plan() -> None:
-  """The rest of Fig. 4 (run_fig4.sh's steps 4 and 5), from what steps 1 and 3's baseline
-  cells took in their lane (two one-device commands side by side): a step of k cells takes
-  about ceil(k / 2) cells' time. Step 5's commands train Random's cell of their scenario and
-  seed first where step 4 has not."""
+def fedemd_fig4_cost() -> None:
+  """What Fig. 4's cells took in their lane (run_fig4.sh runs two one-device commands side by
+  side): steps 1 and 3's twelve baseline cells (seed 0), and the seeds 1-2 cells of Random,
+  TiFL and FedEMD (steps 2, 4 and 5), from each committed cell's `seconds`; while cells of
+  steps 4 and 5 remain, what they should take (a step of k cells takes about ceil(k / 2)
+  cells' time)."""
   folder = f"{DEFAULT}/fig4/cells"
+  scenarios = ("2_shared", "3_shared", "2_excl", "3_excl")
   minutes = [
     summary_of(f"{folder}/{sc}_{m}/seed0")["seconds"] / 60
-    for sc in ("2_shared", "3_shared", "2_excl", "3_excl")
+    for sc in scenarios
     for m in ("tifl", "fedfast", "fedprox")
   ]
   mean = float(np.mean(minutes))
-  print(
-    f"Fig. 4 plan: steps 1 and 3's twelve baseline cells took {min(minutes):.0f}-"
-    f"{max(minutes):.0f} min each in a lane (mean {mean:.0f}); step 5 (TiFL seeds 1, 2 in "
-    f"the exclusive scenarios, 4 cells, and Random's 4 cells of those seeds where step 4 has "
-    f"not run) about {4 * mean / 60:.1f} h as run in two lanes, {2 * mean / 60:.1f} h after "
-    "step 4"
+  line = (
+    f"Fig. 4 cost: steps 1 and 3's twelve baseline cells took {min(minutes):.0f}-"
+    f"{max(minutes):.0f} min each in a lane (mean {mean:.0f})"
   )
+  todo, todo_minutes = 0, 0.0
+  for m, scs in (("random", scenarios), ("fedemd", scenarios), ("tifl", scenarios[2:])):
+    done = [
+      summary_of(f"{folder}/{sc}_{m}/seed{s}")["seconds"] / 60
+      for sc in scs
+      for s in (1, 2)
+      if s in committed_seeds(f"{folder}/{sc}_{m}")
+    ]
+    left = 2 * len(scs) - len(done)
+    todo += left
+    # a cell still to run takes what the same method's seeds 1-2 took, else a baseline's
+    todo_minutes += left * (float(np.mean(done)) if done else mean)
+    if done:
+      line += (
+        f"; {m}'s seeds 1-2, {len(done)} cells: {min(done):.0f}-{max(done):.0f} min each "
+        f"(mean {np.mean(done):.0f})"
+      )
+  if todo:
+    line += f"; {todo} cells of seeds 1-2 to run: about {todo_minutes / 120:.1f} h in two lanes"
+  print(line)
 
 
 def fedemd_fig4_spread() -> None:
-  """Fig. 4b's spread over seeds (claim 48), Random against FedEMD in the shared scenarios,
-  over the seeds both have committed: R@99 per seed and its std where every seed reaches
-  it, the std of the final and of the best accuracy, and the across-seed std of the
-  accuracy curve averaged over the 200 rounds (population std, ddof = 0)."""
+  """Fig. 4's spread over seeds (claim 48: the shared scenarios; the exclusive ones beside
+  them), Random against FedEMD, over the seeds both have committed: R@99 per seed and its
+  std where every seed reaches it, the std of the final and of the best accuracy, and the
+  across-seed std of the accuracy curve averaged over the 200 rounds (population std,
+  ddof = 0)."""
   folder = f"{DEFAULT}/fig4/cells"
-  for scenario in ("2_shared", "3_shared"):
+  for scenario in ("2_shared", "3_shared", "2_excl", "3_excl"):
     dirs = {m: f"{folder}/{scenario}_{m}" for m in ("random", "fedemd")}
     seeds = sorted(set(committed_seeds(dirs["random"])) & set(committed_seeds(dirs["fedemd"])))
     if len(seeds) < 2:
@@ -1163,7 +1183,7 @@ def fedemd() -> None:
   fedemd_table1_cost()
   fedemd_fedsgd_is_plain_mean()
   fedemd_fig4_whole()
-  fedemd_fig4_plan()
+  fedemd_fig4_cost()
   fedemd_fig4_spread()
   print("# the supplement (App. A): Table 2's overhead, the s/round of Fig. 5-7's cells")
   fedemd_supplement()
