@@ -650,7 +650,7 @@ def plot_r99(r99, scenarios, methods, num_rounds, path, title) -> None:
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
 
-  fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
+  fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True, layout="constrained")
   for ax, shared, label in ((axes[0], False, "exclusive"), (axes[1], True, "shared")):
     # One exclusive Maverick is also the one-Maverick point of the shared panel.
     ks = sorted(

@@ -14,6 +14,7 @@ import pathlib
 import re
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -202,3 +203,45 @@ def test_seeds_picks_the_seeds_of_steps_2_4_and_5(tmp_path):
 def test_a_bad_seeds_value_is_refused(tmp_path):
   result = refused(tmp_path, "run_fig4.sh", SEEDS="1 0")
   assert result.returncode == 2 and "SEEDS=1 0: unknown seed 0; allowed: 1 2" in result.stderr
+
+
+def tables(tmp_path, drop: str | None = None) -> tuple[subprocess.CompletedProcess, list[str]]:
+  """Runs ``run_fig4.sh tables`` in a copy of the layout (``drop``: a committed cell removed
+  first); its result and the commands the stand-in python ran, less the completeness checks."""
+  tree = tmp_path / "repo"
+  shutil.copytree(SCRIPTS, tree / "results" / "fedemd_fmnist" / "scripts")
+  shutil.copytree(ROOT / DEFAULT, tree / DEFAULT)
+  if drop:
+    shutil.rmtree(tree / DEFAULT / "fig4" / "cells" / drop)
+  log = tmp_path / "chain.log"
+  fake = tmp_path / "python"
+  # the completeness check (-c) runs the real python; the binary's command is recorded and
+  # writes a table where the binary would
+  fake.write_text(
+    f'#!/bin/bash\nif [ "$1" = -c ]; then exec {sys.executable} "$@"; fi\n'
+    f'echo "$*" >> "{log}"\necho table > runs/fedemd_fmnist_text_fig4/r99.md\n'
+  )
+  fake.chmod(0o755)
+  result = subprocess.run(
+    ["bash", str(tree / "results" / "fedemd_fmnist" / "scripts" / "run_fig4.sh"), "tables"],
+    env={**os.environ, "PYTHON": str(fake)},
+    capture_output=True,
+    text=True,
+    timeout=120,
+  )
+  return result, (log.read_text().splitlines() if log.exists() else [])
+
+
+def test_tables_reads_the_24_cells_of_random_and_fedemd_and_copies_the_tables(tmp_path):
+  result, commands = tables(tmp_path)
+  assert result.returncode == 0, result.stderr[-2000:]
+  (command,) = commands
+  assert "--config.scenarios=('2_excl','3_excl','2_shared','3_shared')" in command
+  assert "--config.methods=('random','fedemd')" in command and "--seeds=0,1,2" in command
+  assert (tmp_path / "repo" / DEFAULT / "fig4" / "r99.md").read_text() == "table\n"
+
+
+def test_tables_refuses_while_a_cell_is_missing(tmp_path):
+  result, commands = tables(tmp_path, drop="3_excl_fedemd/seed2")
+  assert result.returncode == 2 and not commands
+  assert "cell 3_excl_fedemd/seed2 has not finished; run the steps first" in result.stderr

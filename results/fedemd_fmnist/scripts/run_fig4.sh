@@ -14,6 +14,11 @@
 # results/fedemd_fmnist/text_reading_lr_per_round_default/fig4/cells/ with
 #   results/fedemd_fmnist/scripts/run_fig4.sh collect
 # The page's tables come from the cells: results/fedemd_fmnist/scripts/fig4_table.py.
+# Once every step has run, the binary's tables of Random and FedEMD over seeds 0-2 in the four
+# scenarios (r99.md, final_accuracy.md, maverick_share.md, participation.md, the figures) are
+#   results/fedemd_fmnist/scripts/run_fig4.sh tables
+# which reads the finished cells (it refuses while one of the 24 is missing: nothing trains)
+# and copies the tables into results/fedemd_fmnist/text_reading_lr_per_round_default/fig4/.
 # LANES=2 (default) runs two one-device commands side by side, LANES=1 one two-device command
 # at a time (lanes.sh).
 set -x
@@ -40,6 +45,22 @@ if [ "$1" = collect ]; then
   exit 0
 fi
 mkdir -p "$RUNS" && cp -rn "$CELLS" "$RUNS/"
+if [ "$1" = tables ]; then
+  ALL=(2_excl 3_excl 2_shared 3_shared)
+  for sc in "${ALL[@]}"; do for m in random fedemd; do for seed in 0 1 2; do
+    $PY -c 'import json,sys; sys.exit(not json.load(open(sys.argv[1])).get("complete"))' \
+      "$RUNS/cells/${sc}_$m/seed$seed/summary.json" 2>/dev/null || {
+      echo "run_fig4.sh tables: cell ${sc}_$m/seed$seed has not finished; run the steps first" >&2
+      exit 2
+    }
+  done; done; done
+  nice -n 10 $PY -m experiments.fedemd --data_dir="$FMNIST" --cpu_devices=2 --resume \
+    --config.maverick_classes="(1,0,2)" --config.trace_shapley=False --output_dir="$RUNS" \
+    --config.scenarios="('2_excl','3_excl','2_shared','3_shared')" \
+    --config.methods="('random','fedemd')" --seeds=0,1,2 || exit 1
+  for f in "$RUNS"/*.md "$RUNS"/*.csv "$RUNS"/*.png; do [ -e "$f" ] && cp "$f" "${CELLS%/cells}/"; done
+  exit 0
+fi
 FIG4=(--data_dir="$FMNIST" --cpu_devices="$DEVICES" --resume --config.maverick_classes="(1,0,2)"
       --config.trace_shapley=False --output_dir="$RUNS")
 cell() {  # cell <scenario> <method> <seed>: Random's cell of that seed trains first if missing
