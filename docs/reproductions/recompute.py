@@ -137,8 +137,59 @@ def fedgs() -> None:
   released = "fedgs_table2/fashion_mnist"
   # the chain runs two one-device commands side by side (run_chain_fmnist.sh, LANES=2)
   fedgs_fmnist(f"{released}/table2_vs_paper_seed0.csv", f"{released}/cells", "released", 2)
+  fedgs_fmnist_step2(f"{released}/cells")
   fedgs_synthetic_rows()
   fedgs_table3_table4()
+
+
+def fmnist_cell_line(s: dict, h: list[dict]) -> str:
+  """One Fashion-MNIST Table 2 run: optimum (round), accuracy at the last evaluation (best),
+  the fluctuation over rounds 251-500, the sampling counts and the clients available."""
+  opt = min(h, key=lambda r: r["test_loss"])
+  acc = {r["round"]: 100 * r["test_accuracy"] for r in h}
+  late = [r["test_loss"] for r in h if r["round"] > 250]
+  counts = np.asarray(s["sampling_counts"])
+  available = np.mean([r["num_available_mean"] for r in h])
+  return (
+    f"{opt['test_loss']:.4f} (r. {opt['round']}), {acc[max(acc)]:.2f} ({max(acc.values()):.2f}), "
+    f"{np.mean(np.abs(np.diff(late))):.3f}, {counts.min()}-{counts.max()} "
+    f"(std {counts.std():.1f}), available per round {available:.1f}"
+  )
+
+
+# The paper's Table 2, Fashion-MNIST column (IDL, YMF0.9, YC0.9), for the rows that
+# run_chain_fmnist.sh's step 2 adds to the four of step 1.
+PAPER_FMNIST_STEP2 = {"power_of_choice": (0.345, 0.326, 0.311), "fedprox": (0.315, 0.331, 0.374)}
+
+
+def fedgs_fmnist_step2(cells: str) -> None:
+  """Power-of-Choice and FedProx, seed 0, the released protocol (the chain's step 2), from
+  each committed run: its line as the four rows' (optimum, accuracy, fluctuation, counts)
+  with the paper's optimum beside it and the run's seconds per round; then, per mode, the
+  best optimum of every committed row of seed 0."""
+  for method, paper in PAPER_FMNIST_STEP2.items():
+    for mode, ref in zip(("idl", "ymf", "yc"), paper):
+      folder = f"{cells}/fashion_mnist-{mode}-{method}"
+      if 0 not in committed_seeds(folder):
+        print(f"  step 2, {mode}, {method}: not committed yet (paper {ref:.3f})")
+        continue
+      s, h = cell(f"{folder}/seed0")
+      opt = min(r["test_loss"] for r in h)
+      print(
+        f"  step 2, {mode}, {method}: {fmnist_cell_line(s, h)}; paper {ref:.3f}, ours - paper "
+        f"{opt - ref:+.4f}; {s['seconds_per_round']:.2f} s per round"
+      )
+  for mode in ("idl", "ymf", "yc"):
+    best = {}
+    for folder in sorted(os.listdir(f"{RESULTS}/{cells}")):
+      if folder.startswith(f"fashion_mnist-{mode}-") and 0 in committed_seeds(f"{cells}/{folder}"):
+        _, h = cell(f"{cells}/{folder}/seed0")
+        best[folder.split("-", 2)[2]] = min(r["test_loss"] for r in h)
+    ranked = sorted(best.items(), key=lambda kv: kv[1])
+    print(
+      f"  seed 0, {mode}: the committed rows by optimum: "
+      + ", ".join(f"{m} {v:.4f}" for m, v in ranked)
+    )
 
 
 def fedgs_fmnist(tables_csv: str, cells: str, label: str, lanes: int = 1) -> None:
@@ -172,17 +223,7 @@ def fedgs_fmnist(tables_csv: str, cells: str, label: str, lanes: int = 1) -> Non
     for method in ("uniform", "md", "fedgs_a0", "fedgs_a1"):
       s, h = cell(f"{cells}/fashion_mnist-{mode}-{method}/seed0")
       per_round.append(s["seconds_per_round"] / s.get("experiments_in_program", 1))
-      opt = min(h, key=lambda r: r["test_loss"])
-      acc = {r["round"]: 100 * r["test_accuracy"] for r in h}
-      late = [r["test_loss"] for r in h if r["round"] > 250]
-      counts = np.asarray(s["sampling_counts"])
-      available = np.mean([r["num_available_mean"] for r in h])
-      print(
-        f"  {mode:3s} {method:8s} {opt['test_loss']:.4f} (r. {opt['round']}), "
-        f"{acc[max(acc)]:.2f} ({max(acc.values()):.2f}), "
-        f"{np.mean(np.abs(np.diff(late))):.3f}, {counts.min()}-{counts.max()} "
-        f"(std {counts.std():.1f}), available per round {available:.1f}"
-      )
+      print(f"  {mode:3s} {method:8s} {fmnist_cell_line(s, h)}")
   print(
     f"Fashion-MNIST cells ({label}), seed 0: {min(per_round):.2f}-{max(per_round):.2f} s per "
     "run and round (seconds_per_round / experiments_in_program)"
