@@ -179,6 +179,28 @@ def fedgs_fmnist_step2(cells: str) -> None:
         f"  step 2, {mode}, {method}: {fmnist_cell_line(s, h)}; paper {ref:.3f}, ours - paper "
         f"{opt - ref:+.4f}; {s['seconds_per_round']:.2f} s per round"
       )
+  # step 1's twelve cells (the seed-0 table) with step 2's committed runs, against the paper
+  diffs = [float(r["ours - paper"]) for r in table(f"{cells}/../table2_vs_paper_seed0.csv")]
+  for method, paper in PAPER_FMNIST_STEP2.items():
+    opts = {}
+    for mode, ref in zip(("idl", "ymf", "yc"), paper):
+      folder = f"{cells}/fashion_mnist-{mode}-{method}"
+      if 0 in committed_seeds(folder):
+        opts[mode] = min(r["test_loss"] for r in cell(f"{folder}/seed0")[1])
+        diffs.append(opts[mode] - ref)
+    if "idl" in opts:
+      for mode, name in (("ymf", "YMF0.9"), ("yc", "YC0.9")):
+        if mode in opts:
+          ref = paper[("idl", "ymf", "yc").index(mode)]
+          print(
+            f"  step 2, {method}: IDL->{name} {100 * (opts[mode] / opts['idl'] - 1):+.1f} % "
+            f"(paper {100 * (ref / paper[0] - 1):+.1f} %)"
+          )
+  print(
+    f"  seed 0 with step 2's committed runs: {sum(abs(d) <= 0.02 for d in diffs)} of "
+    f"{len(diffs)} cells within 0.02 of the paper; ours - paper from {min(diffs):+.3f} to "
+    f"{max(diffs):+.3f}"
+  )
   for mode in ("idl", "ymf", "yc"):
     best = {}
     for folder in sorted(os.listdir(f"{RESULTS}/{cells}")):
