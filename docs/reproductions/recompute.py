@@ -137,7 +137,7 @@ def fedgs() -> None:
   released = "fedgs_table2/fashion_mnist"
   # the chain runs two one-device commands side by side (run_chain_fmnist.sh, LANES=2)
   fedgs_fmnist(f"{released}/table2_vs_paper_seed0.csv", f"{released}/cells", "released", 2)
-  fedgs_fmnist_step2(f"{released}/cells")
+  fedgs_fmnist_step2(f"{released}/table2_vs_paper_seed0.csv", f"{released}/cells")
   fedgs_synthetic_rows()
   fedgs_table3_table4()
 
@@ -162,40 +162,36 @@ def fmnist_cell_line(s: dict, h: list[dict]) -> str:
 PAPER_FMNIST_STEP2 = {"power_of_choice": (0.345, 0.326, 0.311), "fedprox": (0.315, 0.331, 0.374)}
 
 
-def fedgs_fmnist_step2(cells: str) -> None:
+def fedgs_fmnist_step2(tables_csv: str, cells: str) -> None:
   """Power-of-Choice and FedProx, seed 0, the released protocol (the chain's step 2), from
   each committed run: its line as the four rows' (optimum, accuracy, fluctuation, counts)
-  with the paper's optimum beside it and the run's seconds per round; then, per mode, the
-  best optimum of every committed row of seed 0."""
+  with the paper's optimum beside it and the run's seconds per round; their changes from
+  IDL; the count within 0.02 of the paper with step 1's twelve cells (``tables_csv``); then,
+  per mode, the best optimum of every committed row of seed 0."""
+  modes = ("idl", "ymf", "yc")
+  diffs = [float(r["ours - paper"]) for r in table(tables_csv)]
+  opts = {}  # (method, mode): the committed run's optimum
   for method, paper in PAPER_FMNIST_STEP2.items():
-    for mode, ref in zip(("idl", "ymf", "yc"), paper):
+    for mode, ref in zip(modes, paper):
       folder = f"{cells}/fashion_mnist-{mode}-{method}"
       if 0 not in committed_seeds(folder):
         print(f"  step 2, {mode}, {method}: not committed yet (paper {ref:.3f})")
         continue
       s, h = cell(f"{folder}/seed0")
-      opt = min(r["test_loss"] for r in h)
+      opts[method, mode] = min(r["test_loss"] for r in h)
+      diffs.append(opts[method, mode] - ref)
       print(
         f"  step 2, {mode}, {method}: {fmnist_cell_line(s, h)}; paper {ref:.3f}, ours - paper "
-        f"{opt - ref:+.4f}; {s['seconds_per_round']:.2f} s per round"
+        f"{opts[method, mode] - ref:+.4f}; {s['seconds_per_round']:.2f} s per round"
       )
-  # step 1's twelve cells (the seed-0 table) with step 2's committed runs, against the paper
-  diffs = [float(r["ours - paper"]) for r in table(f"{cells}/../table2_vs_paper_seed0.csv")]
   for method, paper in PAPER_FMNIST_STEP2.items():
-    opts = {}
-    for mode, ref in zip(("idl", "ymf", "yc"), paper):
-      folder = f"{cells}/fashion_mnist-{mode}-{method}"
-      if 0 in committed_seeds(folder):
-        opts[mode] = min(r["test_loss"] for r in cell(f"{folder}/seed0")[1])
-        diffs.append(opts[mode] - ref)
-    if "idl" in opts:
-      for mode, name in (("ymf", "YMF0.9"), ("yc", "YC0.9")):
-        if mode in opts:
-          ref = paper[("idl", "ymf", "yc").index(mode)]
-          print(
-            f"  step 2, {method}: IDL->{name} {100 * (opts[mode] / opts['idl'] - 1):+.1f} % "
-            f"(paper {100 * (ref / paper[0] - 1):+.1f} %)"
-          )
+    for mode, name, ref in zip(modes[1:], ("YMF0.9", "YC0.9"), paper[1:]):
+      if (method, "idl") in opts and (method, mode) in opts:
+        print(
+          f"  step 2, {method}: IDL->{name} "
+          f"{100 * (opts[method, mode] / opts[method, 'idl'] - 1):+.1f} % "
+          f"(paper {100 * (ref / paper[0] - 1):+.1f} %)"
+        )
   print(
     f"  seed 0 with step 2's committed runs: {sum(abs(d) <= 0.02 for d in diffs)} of "
     f"{len(diffs)} cells within 0.02 of the paper; ours - paper from {min(diffs):+.3f} to "
