@@ -5,6 +5,13 @@
 case ${LANES:=2} in 1|2) ;; *) echo "LANES=$LANES: allowed: 1 or 2" >&2; exit 2 ;; esac
 DEVICES=$([ "$LANES" = 1 ] && echo 2 || echo 1)
 
+# finished <cell folder>: true when the cell's summary.json says it is complete (its run
+# ended); a cell that has not started, or stopped, is not finished.
+finished() {
+  $PY -c 'import json,sys; sys.exit(not json.load(open(sys.argv[1])).get("complete"))' \
+    "$1/summary.json" 2>/dev/null
+}
+
 # phase <job>...: runs `cell <job>` for every job (the calling script's cell, its words
 # split) in LANES lanes, job i in lane i mod LANES, and returns when all have ended. A failed
 # command stops its lane, and the script then exits with 1 once the other lanes end. Jobs of

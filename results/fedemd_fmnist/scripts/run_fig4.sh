@@ -36,8 +36,7 @@ RUNS=runs/fedemd_fmnist_text_fig4
 CELLS=results/fedemd_fmnist/text_reading_lr_per_round_default/fig4/cells
 if [ "$1" = collect ]; then
   for cell in "$RUNS"/cells/*/seed*; do
-    $PY -c 'import json,sys; sys.exit(not json.load(open(sys.argv[1])).get("complete"))' \
-      "$cell/summary.json" 2>/dev/null || continue
+    finished "$cell" || continue
     out=$CELLS/${cell#"$RUNS"/cells/}
     [ -f "$out/summary.json" ] && continue
     mkdir -p "$out" && cp "$cell"/{config.json,metrics.jsonl,summary.json} "$out/"
@@ -45,24 +44,22 @@ if [ "$1" = collect ]; then
   exit 0
 fi
 mkdir -p "$RUNS" && cp -rn "$CELLS" "$RUNS/"
+FIG4=(--data_dir="$FMNIST" --cpu_devices="$DEVICES" --resume --config.maverick_classes="(1,0,2)"
+      --config.trace_shapley=False --output_dir="$RUNS")
 if [ "$1" = tables ]; then
   ALL=(2_excl 3_excl 2_shared 3_shared)
   for sc in "${ALL[@]}"; do for m in random fedemd; do for seed in 0 1 2; do
-    $PY -c 'import json,sys; sys.exit(not json.load(open(sys.argv[1])).get("complete"))' \
-      "$RUNS/cells/${sc}_$m/seed$seed/summary.json" 2>/dev/null || {
+    finished "$RUNS/cells/${sc}_$m/seed$seed" || {
       echo "run_fig4.sh tables: cell ${sc}_$m/seed$seed has not finished; run the steps first" >&2
       exit 2
     }
   done; done; done
-  nice -n 10 $PY -m experiments.fedemd --data_dir="$FMNIST" --cpu_devices=2 --resume \
-    --config.maverick_classes="(1,0,2)" --config.trace_shapley=False --output_dir="$RUNS" \
+  nice -n 10 $PY -m experiments.fedemd "${FIG4[@]}" \
     --config.scenarios="('2_excl','3_excl','2_shared','3_shared')" \
     --config.methods="('random','fedemd')" --seeds=0,1,2 || exit 1
   for f in "$RUNS"/*.md "$RUNS"/*.csv "$RUNS"/*.png; do [ -e "$f" ] && cp "$f" "${CELLS%/cells}/"; done
   exit 0
 fi
-FIG4=(--data_dir="$FMNIST" --cpu_devices="$DEVICES" --resume --config.maverick_classes="(1,0,2)"
-      --config.trace_shapley=False --output_dir="$RUNS")
 cell() {  # cell <scenario> <method> <seed>: Random's cell of that seed trains first if missing
   nice -n 10 $PY -m experiments.fedemd "${FIG4[@]}" --config.scenarios="('$1',)" \
     --config.methods="('random','$2')" --seeds="$3"

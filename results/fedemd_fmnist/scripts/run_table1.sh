@@ -35,8 +35,7 @@ if [ "$1" = collect ]; then  # finished cells (never checkpoints) [and the table
     for cell in "$src"/cells/*/seed*; do
       # the SVB folder's Random cells are copies of Table 1's (committed there)
       [ "$name" = fedemd_fmnist_text_round_lr_svb ] && [[ $cell == */1_excl_random/* ]] && continue
-      $PY -c 'import json,sys; sys.exit(not json.load(open(sys.argv[1])).get("complete"))' \
-        "$cell/summary.json" 2>/dev/null || continue
+      finished "$cell" || continue
       out=$dst/${cell#"$src"/}
       mkdir -p "$out" && cp "$cell"/{config.json,metrics.jsonl,summary.json} "$out/"
     done
