@@ -41,13 +41,18 @@ echo "end $(date +%s.%N) $*" >> "$CHAIN_LOG"
 """
 
 
+def copy_layout(tmp_path) -> pathlib.Path:
+  """A copy of the scripts and of the committed cells they seed runs/ from (no checkpoints
+  are committed), under ``tmp_path / "repo"``."""
+  tree = tmp_path / "repo"
+  shutil.copytree(SCRIPTS, tree / "results" / "fedemd_fmnist" / "scripts")
+  shutil.copytree(ROOT / DEFAULT, tree / DEFAULT)
+  return tree
+
+
 def run_chain(tmp_path, script: str, **env) -> list[dict]:
   """Runs ``script`` in a copy of the layout; its commands as dicts, in start order."""
-  tree = tmp_path / "repo"
-  (tree / "results" / "fedemd_fmnist").mkdir(parents=True)
-  shutil.copytree(SCRIPTS, tree / "results" / "fedemd_fmnist" / "scripts")
-  # the committed cells the scripts seed runs/ from (no checkpoints are committed)
-  shutil.copytree(ROOT / DEFAULT, tree / DEFAULT)
+  tree = copy_layout(tmp_path)
   fake = tmp_path / "python"
   fake.write_text(FAKE_PYTHON)
   fake.chmod(0o755)
@@ -208,9 +213,7 @@ def test_a_bad_seeds_value_is_refused(tmp_path):
 def tables(tmp_path, drop: str | None = None) -> tuple[subprocess.CompletedProcess, list[str]]:
   """Runs ``run_fig4.sh tables`` in a copy of the layout (``drop``: a committed cell removed
   first); its result and the commands the stand-in python ran, less the completeness checks."""
-  tree = tmp_path / "repo"
-  shutil.copytree(SCRIPTS, tree / "results" / "fedemd_fmnist" / "scripts")
-  shutil.copytree(ROOT / DEFAULT, tree / DEFAULT)
+  tree = copy_layout(tmp_path)
   if drop:
     shutil.rmtree(tree / DEFAULT / "fig4" / "cells" / drop)
   log = tmp_path / "chain.log"
