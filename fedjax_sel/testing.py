@@ -251,11 +251,19 @@ def check_selection(
     )
   else:
     expected = min(m, num_avail)
-    _require(
-      valid.sum() == expected,
-      f"min(M, available) = {expected} valid slots (got {valid.sum()})",
-      where,
-    )
+    if strategy.leaves_slots_empty:
+      _require(
+        min(1, expected) <= valid.sum() <= expected,
+        f"leaves_slots_empty: between {min(1, expected)} and min(M, available) = {expected} "
+        f"valid slots (got {valid.sum()})",
+        where,
+      )
+    else:
+      _require(
+        valid.sum() == expected,
+        f"min(M, available) = {expected} valid slots (got {valid.sum()})",
+        where,
+      )
     _require(
       len(set(picked.tolist())) == len(picked),
       "no client in two slots (with_replacement=False)",
@@ -281,9 +289,10 @@ def check_selection_strategy(
   ``jax.jit`` trace; each round's Selection: ``cohort`` i32[M], ``valid`` bool[M],
   ``weights`` f32[M] finite, >= 0, zero on invalid slots and summing to 1 when anybody is
   available (``normalized_weights=False`` drops that last rule); only available clients,
-  min(M, available) of them, none twice (or M with replacement); the state keeps its
-  structure and stays finite. Then: the same key gives the same Selection, ``jax.vmap``
-  over keys gives each key's Selection, and ``jax.disable_jit()`` gives the jitted one.
+  min(M, available) of them (1 to that many with ``leaves_slots_empty``), none twice (or M
+  with replacement); the state keeps its structure and stays finite. Then: the same key
+  gives the same Selection, ``jax.vmap`` over keys gives each key's Selection, and
+  ``jax.disable_jit()`` gives the jitted one.
 
   Args:
     strategy: the SelectionStrategy (from ``selection.make`` or your own).

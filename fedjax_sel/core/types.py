@@ -120,6 +120,9 @@ class SelectionStrategy(NamedTuple):
   ``num_selected`` is M, the number of cohort slots (static). ``uses_updates`` asks the
   round loop to keep ``ctx.update_sketch`` / ``ctx.embeddings`` current.
   ``with_replacement`` says the method may put the same client in two slots.
+  ``leaves_slots_empty`` says the method may leave slots invalid while unpicked clients are
+  available (TiFL with ``short_tier="tier_only"``: the cohort stays within one tier), so it
+  fills between 1 and min(M, available) slots when anybody is available.
   """
 
   init: Callable[[PRNGKey, ClientInfo], PyTree]
@@ -128,6 +131,7 @@ class SelectionStrategy(NamedTuple):
   uses_updates: bool = False
   with_replacement: bool = False
   observe: Callable[..., PyTree] | None = None
+  leaves_slots_empty: bool = False
 
 
 class AggregationAux(NamedTuple):

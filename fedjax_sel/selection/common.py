@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from fedjax_sel.core.registry import check_range, is_integer
-from fedjax_sel.core.types import Array, PRNGKey, Selection
+from fedjax_sel.core.types import Array, PRNGKey, PyTree, Selection, SelectionContext
 
 # Keys of available clients whose sampling weight is exactly 0 sit at this level: below
 # every client with a positive weight (log w >= -104 for the smallest f32), above the
@@ -200,3 +200,20 @@ def fill_empty_slots(
   new_valid = valid | (~valid & fill_valid[pos])
   new_cohort = jnp.where(valid, cohort, fill[pos])
   return jnp.where(new_valid, new_cohort, 0).astype(jnp.int32), new_valid
+
+
+def local_model_values(ctx: SelectionContext, deltas: PyTree) -> Array:
+  """f32[M], ``ctx.eval_value`` of every slot's locally trained model ``params + delta_m``.
+
+  On demand: only a strategy's ``observe`` that calls it pays for it (M evaluations of the
+  server's validation set, the global test set in our experiments, vmapped over the cohort
+  inside the jitted round). Invalid slots are evaluated too (their deltas are 0: the global
+  model); mask them with the Selection's ``valid``.
+
+  Args:
+    ctx: the round's SelectionContext (``params`` are the global parameters the cohort
+      trained from).
+    deltas: pytree of [M, ...], each slot's local params minus ``ctx.params``.
+  """
+  local = jax.tree_util.tree_map(lambda g, d: g[None] + d, ctx.params, deltas)
+  return jax.vmap(ctx.eval_value)(local).astype(jnp.float32)
