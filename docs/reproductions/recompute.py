@@ -2,17 +2,33 @@
 
   python docs/reproductions/recompute.py                 # every paper
   python docs/reproductions/recompute.py fedemd fedgs    # some of them
+  python docs/reproductions/recompute.py COMMAND [ARGS]  # one table or figure (below)
 
 Run from the repository root. Reads only ``results/`` (the tables' CSV files and the
 committed ``cells/<cell>/seed<k>/{metrics.jsonl,summary.json}``) and trains nothing: every
 number a page states that is not printed in a committed table comes from here. Standard
 deviations are over seeds with ddof=0, as the study binaries compute them.
+
+The commands print (``--write``: write) the tables and figures that pages and results/
+hold; each one's docstring gives its arguments (run it without them to see it):
+
+  fedemd_fig4_table CELLS_DIR [--seed=K] [SCENARIO...]   the FedEMD page's Fig. 4 rows
+  fedemd_accuracy_blocks [--blocks=20,...] CELL_DIR...   mean accuracy per block of rounds
+  fedemd_fig7 [OUT.png]          results/fedemd_fmnist/supplement/fig7/fig7_seed0.png
+  half_precision_curves [FOLDER]  results/half_precision_fmnist/README.md's table
+  fl_fdms_process_stats [--write]  results/fl_fdms_fmnist_mlp_markov/process_stats.{md,csv};
+                                   simulates the dropout processes (needs jax)
+  fedemd_maverick_blocks [--write] [FASHION_MNIST_DIR]  results/fedemd_fmnist/maverick_blocks.md;
+                                   replays the cohorts (needs the Fashion-MNIST files, jax)
+  fedemd_per_class CELL_DIR...     per_class.md's numbers; needs a run's checkpoints (runs/,
+                                   never committed), the dataset and jax
 """
 
 from __future__ import annotations
 
 import csv
 import functools
+import inspect
 import json
 import os
 import sys
@@ -95,10 +111,15 @@ def mean_std(values) -> str:
   return f"{a.mean():.2f} ± {a.std():.2f}"
 
 
+def rounds_to_reach(history: dict[int, float], target: float) -> int | None:
+  """The first evaluated round whose accuracy is >= target (None if none is)."""
+  return next((r for r in sorted(history) if history[r] >= target), None)
+
+
 def r99(history: list[dict], reference: list[dict]) -> int | None:
   """First round reaching 99 % of the reference (Random, same seed) run's best accuracy."""
   target = 0.99 * max(r["test_accuracy"] for r in reference)
-  return next((r["round"] for r in history if r["test_accuracy"] >= target), None)
+  return rounds_to_reach({r["round"]: r["test_accuracy"] for r in history}, target)
 
 
 def fedgs() -> None:
@@ -549,6 +570,8 @@ def accuracies(history: list[dict]) -> np.ndarray:
   return 100 * np.asarray([r["test_accuracy"] for r in history], np.float64)
 
 
+# Fig. 4's scenarios, in the order of the page's table
+FIG4_SCENARIOS = ("2_excl", "3_excl", "2_shared", "3_shared")
 # the page's block tables: 10-round blocks to round 60, then 20-round blocks
 BLOCKS = [(a, a + 9) for a in range(1, 60, 10)] + [(a, a + 19) for a in range(61, 200, 20)]
 
@@ -839,7 +862,7 @@ def fedemd_fig4_spread() -> None:
 def fedemd_text_fig4() -> None:
   folder = f"{DEFAULT}/fig4"
   summaries = []
-  for scenario in ("2_excl", "3_excl", "2_shared", "3_shared"):
+  for scenario in FIG4_SCENARIOS:
     k = int(scenario[0])
     cells = {m: cell(f"{folder}/cells/{scenario}_{m}/seed0") for m in ("random", "fedemd")}
     acc = {m: accuracies(h) for m, (_, h) in cells.items()}
@@ -865,7 +888,7 @@ def fedemd_text_fig4() -> None:
     f"Fig. 4, text's reading, seed 0: the eight cells took {seconds_of(summaries) / 3600:.1f} h"
   )
   first = []
-  for scenario in ("2_excl", "3_excl", "2_shared", "3_shared"):
+  for scenario in FIG4_SCENARIOS:
     for m in ("random", "fedemd"):
       first.append(cell(f"{FIRST}/fig4/cells/{scenario}_{m}/seed0")[0])
   print(f"Fig. 4, first reading, seed 0: the eight cells took {seconds_of(first) / 3600:.1f} h")
@@ -1122,6 +1145,16 @@ def fedemd_supplement_fig5() -> None:
       )
 
 
+# App. A.6 / Fig. 7's curves, seed 0: each label's per-round file under results/ (the
+# supplement's traces; Table 1's Random and SVB cells for the Maverick curves)
+FIG7_CURVES = {
+  "i.i.d.-random": f"{SUPPLEMENT}/fig7/cells/iid_random/seed0/trace.jsonl",
+  "size-het-svb": f"{SUPPLEMENT}/fig7/cells/iid_sizehet_shapley/seed0/trace.jsonl",
+  "maverick-random": f"{DEFAULT}/table1/cells/1_excl_random/seed0/metrics.jsonl",
+  "maverick-svb": f"{DEFAULT}/svb/cells/1_excl_shapley/seed0/metrics.jsonl",
+}
+
+
 def fedemd_supplement_fig7() -> None:
   """App. A.6 / Fig. 7 (claim 52), seed 0. i.i.d.-random and size-het-svb are the
   supplement's traces (``supplement/fig7``); maverick-random and maverick-svb are Table 1's
@@ -1130,8 +1163,8 @@ def fedemd_supplement_fig7() -> None:
   99 % of i.i.d.-random's best and against its own best, best (round), final and the mean
   accuracy per 40 rounds."""
   curves = {}
-  for label, name in (("i.i.d.-random", "iid_random"), ("size-het-svb", "iid_sizehet_shapley")):
-    path = f"{RESULTS}/{SUPPLEMENT}/fig7/cells/{name}/seed0/trace.jsonl"
+  for label in ("i.i.d.-random", "size-het-svb"):
+    path = f"{RESULTS}/{FIG7_CURVES[label]}"
     if not os.path.exists(path):
       print(f"supplement, fig7, {label}: no committed trace")
       continue
@@ -1144,7 +1177,7 @@ def fedemd_supplement_fig7() -> None:
       f"supplement, fig7, {label}: picks per client over rounds 21-{len(trace)}: std "
       f"{picks.std():.2f}, from {picks.min()} to {picks.max()}"
     )
-    if name.endswith("shapley"):
+    if label == "size-het-svb":
       zero = sum(1 for r in trace if not any(r["shapley"]))
       measured = [r["round"] for r in trace if any(r["shapley"])]
       print(f"supplement, fig7, {label}: rounds with a nonzero Shapley value {measured}")
@@ -1158,10 +1191,11 @@ def fedemd_supplement_fig7() -> None:
       f"supplement, fig7, {label}: {len(trace)} rounds in {sum(seconds) / 3600:.2f} h "
       f"({np.mean(seconds[1:]):.1f} s/round after round 1)"
     )
-  for label, folder, trace_of in (
-    ("maverick-random", f"{DEFAULT}/table1/cells/1_excl_random/seed0", "fig6_15_rounds"),
-    ("maverick-svb", f"{DEFAULT}/svb/cells/1_excl_shapley/seed0", "fig5_20_rounds"),
+  for label, trace_of in (
+    ("maverick-random", "fig6_15_rounds"),
+    ("maverick-svb", "fig5_20_rounds"),
   ):
+    folder = os.path.dirname(FIG7_CURVES[label])
     curves[label] = accuracies(cell(folder)[1])
     name = folder.split("/")[-2]
     trace = jsonl(f"{RESULTS}/{SUPPLEMENT}/{trace_of}/cells/{name}/seed0/trace.jsonl")
@@ -1525,6 +1559,464 @@ def fedar_mlp() -> None:
       )
 
 
+# ----------------------------------------------------------------------------- commands
+# Tables and figures written from committed files (or, where a command says so, from the
+# dataset or a run's checkpoints): ``recompute.py <command> [arguments]``. Unlike the
+# studies above they take arguments, and none of them runs without being named.
+
+
+def repo_imports() -> None:
+  """Puts the repository root on ``sys.path``: the commands that build a study import
+  ``experiments``, which is not an installed package (``fedjax_sel`` is)."""
+  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  if root not in sys.path:
+    sys.path.insert(0, root)
+
+
+def usage(command) -> SystemExit:
+  """The exit that shows a command's docstring (its usage)."""
+  return SystemExit(inspect.cleandoc(command.__doc__))
+
+
+def flag(argv: list[str], name: str) -> tuple[bool, list[str]]:
+  """(whether ``--<name>`` is in argv, argv without it)."""
+  rest = [a for a in argv if a != f"--{name}"]
+  return len(rest) < len(argv), rest
+
+
+def accuracy_by_round(cell_dir: str) -> dict[int, float]:
+  """{round: test accuracy} from ``cell_dir/metrics.jsonl`` (rounds without one left out)."""
+  path = os.path.join(cell_dir, "metrics.jsonl")
+  if not os.path.exists(path):
+    raise SystemExit(f"no metrics.jsonl in {cell_dir!r}: give a cell's seed<k> folder")
+  return {int(r["round"]): float(r["test_accuracy"]) for r in jsonl(path) if "test_accuracy" in r}
+
+
+def block_means(acc: dict[int, float], spans) -> list[str]:
+  """Mean accuracy in % per (first, last) round span, one decimal; '-' for a span with no
+  evaluated round."""
+  out = []
+  for a, b in spans:
+    vals = [acc[r] for r in range(a, b + 1) if r in acc]
+    out.append(f"{100 * sum(vals) / len(vals):.1f}" if vals else "-")
+  return out
+
+
+def cmd_fedemd_accuracy_blocks(argv: list[str]) -> None:
+  """Mean test accuracy (%) per block of rounds, one markdown row a cell (the FedEMD page's
+  block tables).
+
+  python docs/reproductions/recompute.py fedemd_accuracy_blocks [--blocks=10,10,...] CELL_DIR...
+
+  CELL_DIR is a cell's seed folder (``.../cells/<scenario>_<method>/seed<k>``) holding the
+  ``metrics.jsonl`` the study writes (one line per round, ``test_accuracy`` every round).
+  ``--blocks`` gives the block lengths in rounds; the default is the page's (``BLOCKS``):
+  10-round blocks through round 60, then 20-round blocks."""
+  spans, cells = BLOCKS, []
+  for arg in argv:
+    if arg.startswith("--blocks="):
+      bad = arg.split("=", 1)[1]
+      try:
+        lengths = [int(b) for b in bad.split(",")]
+      except ValueError:
+        raise SystemExit(f"--blocks={bad!r}: give integers >= 1, e.g. 20,20") from None
+      if not lengths or min(lengths) < 1:
+        raise SystemExit(f"--blocks={tuple(lengths)}: give integers >= 1, e.g. 20,20")
+      ends = np.cumsum(lengths).tolist()
+      spans = [(b - n + 1, b) for n, b in zip(lengths, ends)]
+    else:
+      cells.append(arg)
+  if not cells:
+    raise usage(cmd_fedemd_accuracy_blocks)
+  rows = [block_means(accuracy_by_round(c), spans) for c in cells]  # all read, then print
+  heads = [f"{a}-{b}" for a, b in spans]
+  print("| cell | " + " | ".join(heads) + " |")
+  print("|---|" + "---|" * len(heads))
+  for c, row in zip(cells, rows):
+    parts = os.path.normpath(os.path.abspath(c)).split(os.sep)
+    name = "/".join(parts[-4:-2:2] + parts[-2:])  # run folder / cell / seed
+    print(f"| {name} | " + " | ".join(row) + " |")
+
+
+def finished_cell(cells_dir: str, scenario: str, method: str, seed: int) -> dict | None:
+  """A FedEMD cell's summary plus ``history`` ({round: accuracy}); None if it has not
+  finished."""
+  folder = os.path.join(cells_dir, f"{scenario}_{method}", f"seed{seed}")
+  try:
+    with open(os.path.join(folder, "summary.json")) as f:
+      summary = json.load(f)
+  except FileNotFoundError:
+    return None
+  if not summary.get("complete"):
+    return None
+  summary["history"] = accuracy_by_round(folder)
+  return summary
+
+
+def fig4_rows(cells_dir: str, scenarios, seed: int) -> list[str]:
+  """The markdown lines of ``fedemd_fig4_table`` (see there)."""
+  methods = ("random", "fedemd")
+  cells = {(s, m): finished_cell(cells_dir, s, m, seed) for s in scenarios for m in methods}
+  reached, best_final, picks = {m: [] for m in methods}, {m: [] for m in methods}, []
+  for s in scenarios:
+    k = int(s.split("_")[0])
+    ref = cells[s, "random"]
+    per_method = []
+    for m in methods:
+      c = cells[s, m]
+      if c is None or ref is None:
+        reached[m].append("running")
+      else:
+        r = rounds_to_reach(c["history"], 0.99 * ref["best_test_accuracy"])
+        reached[m].append(str(r) if r is not None else f"> {len(c['history'])}")
+      best_final[m].append(
+        "running"
+        if c is None
+        else f"{100 * c['best_test_accuracy']:.2f} / {100 * c['final_test_accuracy']:.2f}"
+      )
+      per_method.append("running" if c is None else str(counts_of(c)[:k].sum()))
+    picks.append(" / ".join(per_method))
+  done = [c for c in cells.values() if c is not None]
+  selections = f" (of {counts_of(done[0]).sum():,} selections)" if done else ""
+  return [
+    "| | " + " | ".join(s.replace("_", " ") for s in scenarios) + " |",
+    "|---|" + "---|" * len(scenarios),
+    "| Random R@99 | " + " | ".join(reached["random"]) + " |",
+    "| FedEMD R@99 | " + " | ".join(reached["fedemd"]) + " |",
+    "| Random best / final acc (%) | " + " | ".join(best_final["random"]) + " |",
+    "| FedEMD best / final acc (%) | " + " | ".join(best_final["fedemd"]) + " |",
+    f"| Maverick picks Random / FedEMD{selections} | " + " | ".join(picks) + " |",
+  ]
+
+
+def cmd_fedemd_fig4_table(argv: list[str]) -> None:
+  """The FedEMD page's Fig. 4 table rows from a study's cells; prints markdown.
+
+  python docs/reproductions/recompute.py fedemd_fig4_table CELLS_DIR [--seed=0] [SCENARIO...]
+
+  CELLS_DIR holds ``<scenario>_<method>/seed<k>/`` folders as ``experiments.fedemd`` writes
+  them (``metrics.jsonl`` with ``test_accuracy`` every round, ``summary.json`` with
+  ``best_test_accuracy``, ``final_test_accuracy`` and ``sampling_counts``). For each scenario
+  (default: 2_excl 3_excl 2_shared 3_shared) it prints R@99 (the first round whose accuracy
+  is >= 0.99 x Random's best in the same scenario and seed, as the binary's ``r99.md``),
+  best and final accuracy, and the Maverick picks (the first k clients are the Mavericks, k
+  from the scenario's name). A cell that has not finished prints "running"."""
+  args = [a for a in argv if not a.startswith("--seed=")]
+  seeds = [int(a.split("=", 1)[1]) for a in argv if a.startswith("--seed=")]
+  if not args:
+    raise usage(cmd_fedemd_fig4_table)
+  cells_dir, scenarios = args[0], tuple(args[1:]) or FIG4_SCENARIOS
+  if not os.path.isdir(cells_dir):
+    raise SystemExit(f"no folder {cells_dir!r}: give a study's cells/ folder")
+  print("\n".join(fig4_rows(cells_dir, scenarios, seeds[-1] if seeds else 0)))
+
+
+def fig7_curve(path: str) -> tuple[list[int], list[float]]:
+  """(rounds, test accuracy in %) of a trace.jsonl or metrics.jsonl."""
+  records = jsonl(path)
+  return [r["round"] for r in records], [100 * r["test_accuracy"] for r in records]
+
+
+def cmd_fedemd_fig7(argv: list[str]) -> None:
+  """FedEMD App. A.6 / Fig. 7 from committed files: test accuracy per round of
+  i.i.d.-random, size-het-svb, maverick-random and maverick-svb, seed 0 (``FIG7_CURVES``).
+
+  python docs/reproductions/recompute.py fedemd_fig7 [OUT.png]
+
+  The two i.i.d. curves are the supplement's traces; the two Maverick curves are Table 1's
+  Random and SVB cells, the same runs as the supplement's cells of those names (``recompute.py
+  fedemd`` prints the check, "supplement, fig7"). A curve whose file is not committed is
+  left out. Default OUT: ``results/fedemd_fmnist/supplement/fig7/fig7_seed0.png``. Needs
+  matplotlib."""
+  from fedjax_sel.metrics import results
+
+  out = argv[0] if argv else f"{RESULTS}/{SUPPLEMENT}/fig7/fig7_seed0.png"
+  curves = {}
+  for label, rel in FIG7_CURVES.items():
+    path = f"{RESULTS}/{rel}"
+    if os.path.exists(path):
+      curves[label] = fig7_curve(path)
+    else:
+      print(f"{label}: {path} is not committed; left out")
+  results.plot_curves(
+    curves, out, "FedEMD App. A.6 / Fig. 7, Fashion-MNIST, seed 0", "test accuracy (%)"
+  )
+  print(f"wrote {out} ({', '.join(curves)})")
+
+
+MAVERICK_BLOCKS = "fedemd_fmnist/maverick_blocks.md"
+FASHION_MNIST = "/usr/share/datasets/fashion-mnist"  # Debian's dataset-fashion-mnist
+
+
+def cmd_fedemd_maverick_blocks(argv: list[str]) -> None:
+  """Maverick selections per 50-round block, selection only: ``maverick_blocks.md``.
+
+  python docs/reproductions/recompute.py fedemd_maverick_blocks [--write] [FASHION_MNIST_DIR]
+
+  Needs the Fashion-MNIST dataset (the four IDX files; default folder
+  /usr/share/datasets/fashion-mnist, where Debian's dataset-fashion-mnist installs them) and
+  jax: it replays the cohorts of the FedEMD study's cells (``experiments.fedemd.
+  replay_selection``, no training; a few minutes on 2 CPU cores) on the real partitions, for
+  both readings of D_c. Random's and FedEMD's cohorts depend neither on the FedAvg weighting
+  nor on the lr schedule. Prints the file; ``--write`` writes it to
+  ``results/fedemd_fmnist/maverick_blocks.md``."""
+  write, args = flag(argv, "write")
+  data_dir = args[0] if args else FASHION_MNIST
+  repo_imports()
+  from experiments import fedemd
+  from experiments.configs import fedemd as study_config
+
+  scenarios = ("1_excl", "2_excl", "3_excl", "2_shared", "3_shared")
+  rows = []
+  for current in ("distribution", "counts"):
+    c = study_config.get_config()
+    c.fedemd_current = current
+    c.maverick_classes = (1, 0, 2)
+    c.methods = ("random", "fedemd")
+    c.scenarios = scenarios
+    c = fedemd.prepare_config(c, data_dir=data_dir)
+    pool = fedemd.load_pool(c.base.dataset, c.base.data_dir)
+    for scenario in scenarios:
+      data = fedemd.maverick_data(c, scenario, pool)
+      k = fedemd.parse_scenario(scenario)[0]
+      for method in ("random", "fedemd"):
+        if method == "random" and current == "counts":
+          continue  # Random's cohorts do not depend on the reading
+        for seed in (0, 1, 2) if scenario == "1_excl" else (0,):
+          cfg = fedemd.cell_config(c, method)
+          cfg.seed = seed
+          cohorts, valid = fedemd.replay_selection(cfg, data, seed)
+          per_round = fedemd.counts_per_round(cohorts, valid, 50)[:, :k].sum(1)
+          b = per_round.reshape(4, 50).sum(1).tolist()
+          reading = current if method == "fedemd" else "(any)"
+          name = "FedEMD" if method == "fedemd" else "Random"
+          row = [reading, scenario.replace("_", " "), name, seed, *b, int(per_round.sum())]
+          rows.append("| " + " | ".join(map(str, row)) + " |")
+          print(f"replayed: {rows[-1]}", file=sys.stderr, flush=True)
+  text = "\n".join(
+    [
+      "### FedEMD: Maverick selections per 50-round block (rounds 1-50 / 51-100 / 101-150 / "
+      "151-200), selection only",
+      "",
+      "Replayed with `experiments.fedemd.replay_selection` (no training: Random's and "
+      "FedEMD's cohorts do not",
+      "depend on the weighting or the lr) on the real Fashion-MNIST partitions, "
+      "`maverick_classes=(1,0,2)`.",
+      "Command: `python docs/reproductions/recompute.py fedemd_maverick_blocks --write`. "
+      "Uniform expectation per",
+      "block: 5 x k (k Mavericks).",
+      "",
+      "| D_c reading | scenario | method | seed | rounds 1-50 | 51-100 | 101-150 | 151-200 | "
+      "total |",
+      "|---|---|---|---|---|---|---|---|---|",
+      *rows,
+    ]
+  )
+  print(text)
+  if write:
+    with open(f"{RESULTS}/{MAVERICK_BLOCKS}", "w") as f:
+      f.write(text + "\n")
+    print(f"wrote {RESULTS}/{MAVERICK_BLOCKS}", file=sys.stderr)
+
+
+def cmd_fedemd_per_class(argv: list[str]) -> None:
+  """Per-class test accuracy of FedEMD study cells' checkpoints (a diagnosis, ``per_class.md``).
+
+  python docs/reproductions/recompute.py fedemd_per_class CELL_DIR [CELL_DIR ...]
+
+  CELL_DIR is a run's ``runs/<study>/cells/<cell>/seed<k>``: it needs the run's checkpoints,
+  which are never committed (the cells under results/ cannot be read; rerun the study, the
+  FedEMD page's commands, to make them), the dataset its config.json names, and jax. Prints
+  one line per cell and kept round: the accuracy on the whole test set and per class."""
+  if not argv:
+    raise usage(cmd_fedemd_per_class)
+  repo_imports()
+  import jax
+  import jax.numpy as jnp
+  import ml_collections
+
+  from experiments import fedemd
+  from experiments.configs import fedemd as study_config
+  from fedjax_sel import experiment
+  from fedjax_sel.core import checkpoint
+
+  pool = None
+  for folder in argv:
+    rounds = checkpoint.all_rounds(folder) if os.path.isdir(folder) else []
+    if not rounds:
+      raise SystemExit(
+        f"no checkpoints in {folder!r}: give a run's runs/<study>/cells/<cell>/seed<k> folder "
+        "(results/ holds none)"
+      )
+    with open(os.path.join(folder, "config.json")) as f:
+      cfg = ml_collections.ConfigDict(json.load(f)["config"])
+    scenario = os.path.basename(os.path.dirname(folder)).rsplit("_", 1)[0]
+    study = study_config.get_config()
+    study.base = cfg
+    study.maverick_classes = (1, 0, 2)
+    if pool is None:
+      pool = fedemd.load_pool(cfg.dataset, cfg.data_dir)
+    data = fedemd.maverick_data(study, scenario, pool)
+    sim, _ = experiment.build(cfg, data)
+    state = sim.init(int(cfg.seed))
+    tx, ty = jnp.asarray(data.test_x), np.asarray(data.test_y)
+    apply = jax.jit(lambda p, x, model=sim.model: jnp.argmax(model.apply(p, x), -1))
+    for r in rounds:
+      st, _ = checkpoint.restore(folder, state, r)
+      pred = np.concatenate(
+        [np.asarray(apply(st.params, tx[i : i + 2000])) for i in range(0, len(ty), 2000)]
+      )
+      per = [100 * np.mean(pred[ty == c] == c) for c in range(10)]
+      print(
+        f"{folder} round {r}: all {100 * np.mean(pred == ty):.2f}, per class "
+        + " ".join(f"{p:.1f}" for p in per),
+        flush=True,
+      )
+
+
+PROCESS_STATS = "fl_fdms_fmnist_mlp_markov/process_stats"
+
+
+def absence_lengths(active: np.ndarray) -> np.ndarray:
+  """Lengths of the off runs that start and end inside the window (active: bool[T, N])."""
+  out = []
+  for column in active.T:
+    off = np.concatenate([[False], ~column, [False]]).astype(np.int8)
+    starts, ends = np.flatnonzero(np.diff(off) == 1), np.flatnonzero(np.diff(off) == -1)
+    out += [e - s for s, e in zip(starts, ends, strict=True) if s > 0 and e < len(column)]
+  return np.asarray(out)
+
+
+def stale_age(active: np.ndarray) -> float:
+  """Mean age (rounds since the client's last active round) of the update Stale reuses."""
+  last, ages = np.full(active.shape[1], -1), []
+  for t, row in enumerate(active):
+    dropped = ~row & (last >= 0)
+    ages += list(t - last[dropped])
+    last[row] = t
+  return float(np.mean(ages))
+
+
+def process_row(name: str, alpha: float, active: np.ndarray, cluster: np.ndarray) -> list[str]:
+  """One row of ``process_stats.md``: a dropout process's rollout (active: bool[T, N])."""
+  n = active.shape[1]
+  off = ~active
+  mates = np.stack([(active[:, cluster == cluster[k]]).sum(1) - active[:, k] for k in range(n)], 1)
+  pairs = [(i, j) for i in range(n) for j in range(i + 1, n)]
+  same = np.mean(
+    [(active[:, i] & active[:, j]).mean() for i, j in pairs if cluster[i] == cluster[j]]
+  )
+  other = np.mean(
+    [(active[:, i] & active[:, j]).mean() for i, j in pairs if cluster[i] != cluster[j]]
+  )
+  share = off.mean(1)
+  return [
+    name,
+    f"{alpha:g}",
+    f"{off.mean():.3f}",
+    f"{share.min():.2f} – {share.max():.2f}",
+    f"{absence_lengths(active).mean():.2f}",
+    f"{stale_age(active):.2f}",
+    f"{100 * (off & (mates == 0)).sum() / off.sum():.1f}",
+    f"{100 * same:.1f}",
+    f"{100 * other:.1f}",
+  ]
+
+
+def cmd_fl_fdms_process_stats(argv: list[str]) -> None:
+  """The two dropout processes of the FL-FDMS study, simulated: ``process_stats.md``.
+
+  python docs/reproductions/recompute.py fl_fdms_process_stats [--write]
+
+  20 clients in 5 contiguous clusters of 4 (the study's set-up), 5,000 rounds from the
+  availability key 0, at alpha = 0.3 / 0.5 / 0.7: "redrawn" is ``cluster_dropout`` in
+  ``fl_fdms`` mode, "markov" is ``markov_dropout`` with mean_absence = 10, and "markov, one
+  per cluster kept" the same with ``keep_per_cluster=5`` (Assumption 5). Needs jax (it
+  simulates the processes; no dataset). Prints the table; ``--write`` writes
+  ``results/fl_fdms_fmnist_mlp_markov/process_stats.{md,csv}``."""
+  write, args = flag(argv, "write")
+  if args:
+    raise usage(cmd_fl_fdms_process_stats)
+  import jax
+  import jax.numpy as jnp
+
+  from fedjax_sel import availability
+  from fedjax_sel.core.types import ClientInfo
+  from fedjax_sel.metrics import results
+
+  n, rounds, mean_absence = 20, 5000, 10.0
+  cluster = np.arange(n) // 4
+  info = ClientInfo(
+    num_examples=jnp.ones((n,), jnp.int32), label_counts=jnp.ones((n, 2), jnp.int32)
+  )
+  rows = []
+  for alpha in (0.3, 0.5, 0.7):
+    models = {
+      "redrawn": availability.make(
+        "cluster_dropout", mode="fl_fdms", dropout_rate=alpha, num_clusters=5
+      ),
+      "markov": availability.make("markov_dropout", dropout_rate=alpha, mean_absence=mean_absence),
+      "markov, one per cluster kept": availability.make(
+        "markov_dropout", dropout_rate=alpha, mean_absence=mean_absence, keep_per_cluster=5
+      ),
+    }
+    for name, model in models.items():
+      active, _ = availability.rollout(model, info, jax.random.key(0), rounds)
+      rows.append(process_row(name, alpha, np.asarray(active), cluster))
+  header = [
+    "process",
+    "α",
+    "off share",
+    "off share per round (min – max)",
+    "mean absence (rounds)",
+    "age of Stale's update (rounds)",
+    "dropped with no active cluster-mate (%)",
+    "cluster-mates both active (%)",
+    "other pairs both active (%)",
+  ]
+  title = (
+    f"The FL-FDMS study's dropout processes, {rounds} simulated rounds, 20 clients in 5 "
+    f"clusters (markov: mean_absence = {mean_absence:g})"
+  )
+  if write:
+    print(results.write_table(f"{RESULTS}/{PROCESS_STATS}", header, rows, title), end="")
+    print(f"wrote {RESULTS}/{PROCESS_STATS}.{{md,csv}}", file=sys.stderr)
+  else:
+    print(results.markdown_table(header, rows, title), end="")
+
+
+def cmd_half_precision_curves(argv: list[str]) -> None:
+  """The float32 and bfloat16 runs of ``experiments/configs/half_precision.py`` side by side
+  (the table "Every evaluation" of ``results/half_precision_fmnist/README.md``).
+
+  python docs/reproductions/recompute.py half_precision_curves [FOLDER]
+
+  FOLDER (default ``results/half_precision_fmnist``) holds ``float32/`` and ``bfloat16/``
+  with their ``metrics.jsonl``. Prints a markdown table: test accuracy and loss at each
+  evaluated round both runs have, their difference, the non-finite client updates dropped so
+  far, the seconds so far."""
+  folder = argv[0] if argv else f"{RESULTS}/half_precision_fmnist"
+
+  def by_round(precision: str) -> dict[int, dict]:
+    path = os.path.join(folder, precision, "metrics.jsonl")
+    return {r["round"]: r for r in jsonl(path)} if os.path.exists(path) else {}
+
+  full, half = by_round("float32"), by_round("bfloat16")
+  print(
+    "| round | accuracy f32 | accuracy bf16 | bf16 - f32 (points) | test loss f32 | test loss bf16 "
+    "| non-finite updates f32 / bf16 | seconds f32 / bf16 |"
+  )
+  print("|---|---|---|---|---|---|---|---|")
+  for t in sorted(set(full) & set(half)):
+    a, b = full[t], half[t]
+    print(
+      f"| {t} | {100 * a['test_accuracy']:.2f} | {100 * b['test_accuracy']:.2f} | "
+      f"{100 * (b['test_accuracy'] - a['test_accuracy']):+.2f} | {a['test_loss']:.3f} | "
+      f"{b['test_loss']:.3f} | {a['nonfinite_updates']} / {b['nonfinite_updates']} | "
+      f"{a['seconds']:.0f} / {b['seconds']:.0f} |"
+    )
+
+
 STUDIES = {
   "fedgs": fedgs,
   "fl_fdms": fl_fdms,
@@ -1533,11 +2025,30 @@ STUDIES = {
   "fedar": fedar,
 }
 
+COMMANDS = {
+  "fedemd_accuracy_blocks": cmd_fedemd_accuracy_blocks,
+  "fedemd_fig4_table": cmd_fedemd_fig4_table,
+  "fedemd_fig7": cmd_fedemd_fig7,
+  "fedemd_maverick_blocks": cmd_fedemd_maverick_blocks,
+  "fedemd_per_class": cmd_fedemd_per_class,
+  "fl_fdms_process_stats": cmd_fl_fdms_process_stats,
+  "half_precision_curves": cmd_half_precision_curves,
+}
+
 if __name__ == "__main__":
-  names = sys.argv[1:] or list(STUDIES)
-  unknown = sorted(set(names) - set(STUDIES))
-  if unknown:
-    raise SystemExit(f"unknown studies {unknown}; known: {', '.join(STUDIES)}")
-  for name in names:
-    print(f"## {name}")
-    STUDIES[name]()
+  args = sys.argv[1:]
+  if args and args[0] in ("-h", "--help"):
+    print(__doc__)
+  elif args and args[0] in COMMANDS:
+    COMMANDS[args[0]](args[1:])
+  else:
+    names = args or list(STUDIES)
+    unknown = sorted(set(names) - set(STUDIES))
+    if unknown:
+      raise SystemExit(
+        f"unknown studies {unknown}; known: {', '.join(STUDIES)}; or a command first: "
+        f"{', '.join(COMMANDS)}"
+      )
+    for name in names:
+      print(f"## {name}")
+      STUDIES[name]()

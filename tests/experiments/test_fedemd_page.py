@@ -1,6 +1,6 @@
 """The FedEMD page's Fig. 4 table is what the committed cells say (issue 41).
 
-``results/fedemd_fmnist/scripts/fig4_table.py`` recomputes every number of the table
+``docs/reproductions/recompute.py fedemd_fig4_table`` recomputes every number of the table
 (R@99 against 0.99 x Random's best, best / final accuracy, Maverick picks) from the
 committed ``metrics.jsonl`` and ``summary.json``; the page must show those numbers, and say
 "running" exactly where a cell is not committed yet.
@@ -8,6 +8,8 @@ committed ``metrics.jsonl`` and ``summary.json``; the page must show those numbe
 
 import importlib.util
 import pathlib
+import subprocess
+import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "reproductions" / "fedemd.md"
@@ -16,11 +18,24 @@ DEFAULT = ROOT / "results" / "fedemd_fmnist" / "text_reading_lr_per_round_defaul
 
 
 def load_script():
-  path = ROOT / "results" / "fedemd_fmnist" / "scripts" / "fig4_table.py"
-  spec = importlib.util.spec_from_file_location("fig4_table", path)
+  path = ROOT / "docs" / "reproductions" / "recompute.py"
+  spec = importlib.util.spec_from_file_location("recompute", path)
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   return module
+
+
+def fig4_table(cells: pathlib.Path, *scenarios: str) -> list[str]:
+  """The lines ``recompute.py fedemd_fig4_table CELLS [SCENARIO...]`` prints (seed 0)."""
+  out = subprocess.run(
+    [sys.executable, str(ROOT / "docs" / "reproductions" / "recompute.py"), "fedemd_fig4_table"]
+    + [str(cells), *scenarios],
+    cwd=ROOT,
+    capture_output=True,
+    text=True,
+    check=True,
+  )
+  return out.stdout.splitlines()
 
 
 def parse_table(lines: list[str]) -> dict[tuple[str, str], str]:
@@ -41,8 +56,11 @@ def page_fig4_table() -> list[str]:
 def test_page_fig4_table_matches_committed_cells():
   script = load_script()
   page = parse_table(page_fig4_table())
-  fig4 = parse_table(script.rows(str(DEFAULT / "fig4" / "cells"), script.DEFAULT_SCENARIOS, seed=0))
-  table1 = parse_table(script.rows(str(DEFAULT / "table1" / "cells"), ("1_excl",), seed=0))
+  fig4 = parse_table(fig4_table(DEFAULT / "fig4" / "cells"))
+  assert fig4 == parse_table(
+    script.fig4_rows(str(DEFAULT / "fig4" / "cells"), script.FIG4_SCENARIOS, seed=0)
+  )
+  table1 = parse_table(fig4_table(DEFAULT / "table1" / "cells", "1_excl"))
   table1 = {(label, "1 excl (Table 1)"): v for (label, _), v in table1.items()}
   expected = {**fig4, **table1}
   labels = {label for label, _ in expected}
