@@ -207,6 +207,8 @@ SKIPPED = {
   ): "a check's runs, not committed",
   ("fedgs", "### Table 2, Fashion-MNIST, released protocol: the chain and its plan"): "a plan",
 }
+# the reason of the FedEMD page's "Seconds per round" rows
+ROUND_COST = "a 3-round timing (python -m benchmarks.fedemd_round_cost), not committed"
 # Lines (the one page line that starts with the text: a table row alone, otherwise its whole
 # paragraph or list item, to the next blank line or item) whose every number is a set-up
 # constant, the paper's number or a cost estimate, with the reason. A line that also states a
@@ -282,11 +284,11 @@ LINES = {
   ("fedemd", "**SVB's cost**"): "a 3-round timing of SVB beside Random (no SVB run is "
   "committed); 1.5 h is 200 rounds of 26.7 s",
   ("fedemd", "**Seconds per round**, measured side by side"): "the timing's set-up",
-  ("fedemd", "| Random, FedAvg |"): "a 3-round timing (table1_round_cost.py), not committed",
-  ("fedemd", "| TiFL, FedAvg |"): "a 3-round timing (table1_round_cost.py), not committed",
-  ("fedemd", "| FedFast, FedAvg |"): "a 3-round timing (table1_round_cost.py), not committed",
-  ("fedemd", "| FedProx, FedAvg |"): "a 3-round timing (table1_round_cost.py), not committed",
-  ("fedemd", "| Random, FedSGD |"): "a 3-round timing (table1_round_cost.py), not committed",
+  ("fedemd", "| Random, FedAvg |"): ROUND_COST,
+  ("fedemd", "| TiFL, FedAvg |"): ROUND_COST,
+  ("fedemd", "| FedFast, FedAvg |"): ROUND_COST,
+  ("fedemd", "| FedProx, FedAvg |"): ROUND_COST,
+  ("fedemd", "| Random, FedSGD |"): ROUND_COST,
   ("fedemd", "Three rounds say little"): "the timing's reading: the Maverick's 6,000 examples "
   "against ~1,100, TiFL's and FedFast's sizes",
   ("fedemd", "| TiFL, FedFast, FedProx under FedAvg |"): "the plan: runs x rounds x s/round",

@@ -1226,7 +1226,7 @@ def fedemd_supplement_fig7() -> None:
 
 def fedemd_fedsgd_cost() -> None:
   """FedSGD's round at each batch size, timed side by side with Random's FedAvg round
-  (``table1_round_cost.py``, two runs, each with its own FedAvg round; JSON lines in
+  (``benchmarks/fedemd_round_cost.py``, two runs, each with its own FedAvg round; JSON lines in
   ``fedsgd_batch_cost.jsonl``)."""
   path = f"{RESULTS}/fedemd_fmnist/fedsgd_batch_cost.jsonl"
   rows = jsonl(path)
