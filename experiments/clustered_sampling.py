@@ -753,6 +753,7 @@ def check_config(argv) -> dict:
 
 def main(argv):
   args = common.checked(check_config, argv)
+  common.start_lanes(args["output_dir"])
   with common.user_errors():
     tables = run_all(**args)
   for text in tables.values():

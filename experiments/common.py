@@ -26,8 +26,10 @@ import numpy as np
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from experiments import grid
 from fedjax_sel import data, experiment
 from fedjax_sel.core import distributed
+from fedjax_sel.experiment import ownership
 from fedjax_sel.metrics import results
 
 
@@ -37,6 +39,7 @@ def define_flags(default_seeds: str = "0,1,2") -> None:
   and the multi-process launch flags (``--coordinator_address``, ``--num_processes``,
   ``--process_id``, ...; the processes join before ``main`` runs)."""
   distributed.define_flags()
+  grid.define_flags()
   app.call_after_init(_join_processes)
   flags.DEFINE_string("output_dir", "", "folder for tables (CSV, Markdown) and figures (PNG)")
   flags.DEFINE_bool("quick", False, "a few rounds on tiny settings (smoke test)")
@@ -174,6 +177,7 @@ def checked(check: Callable[..., object], *args, **kwargs):
   the process with one ``error:`` line and exit code 2. Only this up-front path turns
   exceptions into usage errors; one raised later, mid-run, keeps its traceback."""
   try:
+    grid.check_flags()
     return check(*args, **kwargs)
   except (ValueError, TypeError, app.UsageError) as e:
     fail(e, 2)
@@ -206,10 +210,25 @@ def user_errors(*extra: type[BaseException]) -> Iterator[None]:
   traceback."""
   try:
     yield
+  except grid.PlanReady:  # --plan: the runs are listed, nothing trains
+    grid.print_plan()
+    sys.exit(0)
   except (experiment.ConfigError, data.DatasetNotFoundError, *extra) as e:
     fail(e, 2)
   except results.WriteError as e:
     fail(e, 1)
+  if grid.planning():  # every run of the command has finished
+    grid.print_plan()
+    sys.exit(0)
+  if grid.lane() is None:  # the lanes' parent (or the one process) keeps the tables
+    grid.collect_tables()
+
+
+def start_lanes(output_dir: str) -> None:
+  """``--lanes=N`` (N > 1): runs the command in N lanes (``grid.run_lanes``) and returns
+  once they have all ended well, so the caller reads the runs back and writes the tables."""
+  if flags.FLAGS.lanes > 1 and grid.lane() is None and not grid.planning():
+    grid.run_lanes(output_dir)
 
 
 TINY_ENV = "FEDJAX_SEL_TINY"  # tests: every study binary at its smallest (--quick and less)
@@ -251,6 +270,7 @@ def study_main(argv: list[str], check: Callable, run_study: Callable, default_ou
   ``run_study(config, output_dir, seeds, resume=)`` and prints its table and figures."""
   config, seeds = checked(check, argv)
   f = flags.FLAGS
+  start_lanes(f.output_dir or default_output)
   with user_errors():
     out = run_study(config, f.output_dir or default_output, seeds, resume=f.resume)
   print(out["markdown"])
@@ -290,41 +310,8 @@ RESULT_FILES = ("config.json", "metrics.jsonl", "summary.json")  # a run as resu
 
 
 def seed_from_results(committed: str, output_dir: str) -> list[str]:
-  """Copies the finished runs of ``committed`` (``cells/<cell>/seed<k>/`` whose summary.json
-  says ``complete``: their ``RESULT_FILES``) into ``output_dir`` wherever it has no such seed
-  folder yet, so that ``run_cells`` reads them back instead of training them: the same
-  command on a fresh machine goes on at the first run ``committed`` lacks. Nothing in
-  ``output_dir`` is overwritten (the Python form of ``cp -rn results/<study>/cells
-  runs/<study>/``); a seed folder appears with its three files or not at all.
-
-  Returns:
-    The seed folders made in ``output_dir``.
-  """
-  root = os.path.join(committed, "cells")
-  made = []
-  for cell in sorted(os.listdir(root)) if os.path.isdir(root) else []:
-    for seed in sorted(os.listdir(os.path.join(root, cell))):
-      source = os.path.join(root, cell, seed)
-      target = os.path.join(output_dir, "cells", cell, seed)
-      summary = os.path.join(source, "summary.json")
-      if not re.fullmatch(r"seed\d+", seed) or os.path.exists(target):
-        continue
-      if not os.path.exists(summary) or not _load_json(summary).get("complete"):
-        continue
-      part = f"{target}.part"
-      for name in RESULT_FILES:
-        with open(os.path.join(source, name), "rb") as f:
-          results.atomic_write_bytes(os.path.join(part, name), f.read())
-      os.replace(part, target)
-      made.append(target)
-  if made:
-    logging.info("%d finished run(s) copied from %s into %s", len(made), committed, output_dir)
-  return made
-
-
-def _load_json(path: str) -> dict:
-  with open(path) as f:
-    return json.load(f)
+  """Copies the finished runs of ``committed`` into ``output_dir`` (``grid.seed_from``)."""
+  return grid.seed_from(committed, output_dir)
 
 
 def run_cell(
@@ -368,8 +355,16 @@ def run_cells(
   availability_seed_per_seed: bool = False,
   workers: int | None = None,
   loop: str = "map",
+  order: str = "cell",
+  cell_seeds: dict[str, Iterable[int]] | None = None,
 ) -> dict[str, list[tuple[dict, list[dict]]]]:
   """Runs every cell ``{name: (config, folder)}`` for every seed, as few programs as can be.
+
+  ``order`` is the study's order of its runs, which ``--plan`` lists and ``--lanes`` takes
+  them in: ``"cell"`` (each cell's seeds, cell after cell) or ``"seed"`` (every cell's first
+  seed, then every cell's second, ...: a grid stopped early has every cell once).
+  ``cell_seeds``: a cell named there runs only those of ``seeds`` (its list in the result
+  holds those only).
 
   Each (cell, seed) writes under ``folder/seed<k>/`` exactly what ``run_cell`` always wrote.
   The unfinished ones are grouped by ``experiment.batch_groups`` (same program shape and the
@@ -386,31 +381,33 @@ def run_cells(
   """
   todo = []  # (name, seed index, config, folder, dataset)
   out: dict[str, list] = {name: [None] * len(seeds) for name in cells}
-  for name, (config, output_dir) in cells.items():
-    for i, seed in enumerate(seeds):
-      c = seed_config(config, seed, availability_seed_per_seed)
-      if tensorboard_flag():
-        c.tensorboard = True
-      folder = os.path.join(output_dir, f"seed{seed}")
-      summary_path = os.path.join(folder, "summary.json")
-      if resume and os.path.exists(summary_path):
-        with open(summary_path) as f:
-          summary = json.load(f)
-        same_precision = summary.get("half_precision", False) == c.get("half_precision", False)
-        if summary.get("complete") and summary.get("rounds") == c.rounds and same_precision:
-          out[name][i] = (summary, results.read_jsonl(os.path.join(folder, "metrics.jsonl")))
-          continue
-      dataset = dataset_fn(c) if dataset_fn is not None else None
-      todo.append((name, i, c, folder, dataset))
-  groups: dict[int, list[int]] = {}
-  for j, t in enumerate(todo):
-    groups.setdefault(id(t[4]), []).append(j)
-  batches = []
-  for same_data in groups.values():
-    configs = [todo[j][2] for j in same_data]
-    batches += [[todo[same_data[g]] for g in idx] for idx in experiment.batch_groups(configs)]
-  # Largest first, two at a time: one program compiles (one core) while another runs.
-  batches.sort(key=len, reverse=True)
+  noted = []  # grid.Run of every (cell, seed): --plan lists them
+  if order not in RUN_ORDERS:
+    raise ValueError(f"order={order!r}; allowed: {', '.join(RUN_ORDERS)}")
+  pairs = [(name, i) for name in cells for i in range(len(seeds))]
+  if order == "seed":
+    pairs.sort(key=lambda p: p[1])  # stable: the cells' order within a seed
+  skipped = set()
+  for name, i in pairs:
+    config, output_dir = cells[name]
+    seed = seeds[i]
+    if cell_seeds is not None and name in cell_seeds and seed not in set(cell_seeds[name]):
+      skipped.add((name, i))
+      continue
+    c = seed_config(config, seed, availability_seed_per_seed)
+    if tensorboard_flag():
+      c.tensorboard = True
+    folder = os.path.join(output_dir, f"seed{seed}")
+    grid.start(folder)
+    summary = grid.read_finished(folder, c.rounds, c.get("half_precision", False))
+    noted.append(grid.Run(name, seed, folder, int(c.rounds), summary if resume else None))
+    if resume and summary is not None:
+      out[name][i] = (summary, results.read_jsonl(os.path.join(folder, "metrics.jsonl")))
+      continue
+    dataset = dataset_fn(c) if dataset_fn is not None else None
+    todo.append((name, i, c, folder, dataset))
+  if grid.planning():
+    grid.note(noted)  # stops the study at the first part with a run to do
 
   def run_one(members):
     logging.info(
@@ -427,7 +424,21 @@ def run_cells(
       loop=loop,
       progress=progress_logger(f"{members[0][0]} seed {members[0][2].seed}", len(members)),
     )
+    for m in members:
+      grid.collect_run(m[3], f"{m[0]} seed {m[2].seed}")
 
+  if grid.lane() is not None:
+    _run_in_lane(todo, out, run_one)
+    return _without(out, skipped)
+  groups: dict[int, list[int]] = {}
+  for j, t in enumerate(todo):
+    groups.setdefault(id(t[4]), []).append(j)
+  batches = []
+  for same_data in groups.values():
+    configs = [todo[j][2] for j in same_data]
+    batches += [[todo[same_data[g]] for g in idx] for idx in experiment.batch_groups(configs)]
+  # Largest first, two at a time: one program compiles (one core) while another runs.
+  batches.sort(key=len, reverse=True)
   if workers is None:
     workers = default_workers(jax.device_count())
   workers = max(1, min(int(workers), len(batches)))
@@ -440,10 +451,92 @@ def run_cells(
         f.result()
   for members in batches:
     for name, i, _, folder, _ in members:
-      with open(os.path.join(folder, "summary.json")) as f:
-        summary = json.load(f)
-      out[name][i] = (summary, results.read_jsonl(os.path.join(folder, "metrics.jsonl")))
-  return out
+      out[name][i] = _read_run(folder)
+  return _without(out, skipped)
+
+
+RUN_ORDERS = ("cell", "seed")
+
+
+def _without(out: dict, skipped: set) -> dict:
+  """``run_cells``'s result less the (cell, seed index) pairs ``cell_seeds`` left out."""
+  return {n: [r for i, r in enumerate(rs) if (n, i) not in skipped] for n, rs in out.items()}
+
+
+def _read_run(folder: str) -> tuple[dict, list[dict]]:
+  with open(os.path.join(folder, "summary.json")) as f:
+    summary = json.load(f)
+  return summary, results.read_jsonl(os.path.join(folder, "metrics.jsonl"))
+
+
+def _run_in_lane(todo: list, out: dict, run_one: Callable) -> None:
+  """``run_cells`` in a lane of ``--lanes``: each run of ``todo`` in the study's order that
+  no other process owns is claimed and run as its own program; then the runs the other
+  lanes hold are waited for (the study's tables, and a later part, read them), and one whose
+  lane died unfinished is taken over (it resumes from its checkpoint)."""
+  left = list(todo)
+  while left:
+    held = []
+    for t in left:
+      name, i, c, folder, _ = t
+      precision = c.get("half_precision", False)
+      if grid.read_finished(folder, c.rounds, precision) is None:
+        if not grid.claim(folder):
+          held.append(t)
+          continue
+        try:
+          if grid.read_finished(folder, c.rounds, precision) is None:
+            logging.info("lane run: %s seed %d", name, c.seed)
+            run_one([t])
+        finally:
+          ownership.release(folder)
+      out[name][i] = _read_run(folder)
+    left = []
+    for t in held:
+      name, i, c, folder, _ = t
+      run = grid.Run(name, int(c.seed), folder, int(c.rounds))
+      if grid.wait_for(run, c.get("half_precision", False)) is None:
+        logging.warning("lane: %s seed %d was left unfinished; taking it over", name, c.seed)
+        left.append(t)
+      else:
+        out[name][i] = _read_run(folder)
+
+
+RUN_ORDERS = ("cell", "seed")
+
+
+def _without(out: dict, skipped: set) -> dict:
+  """``run_cells``'s result less the (cell, seed index) pairs ``cell_seeds`` left out."""
+  return {n: [r for i, r in enumerate(rs) if (n, i) not in skipped] for n, rs in out.items()}
+
+
+def _read_run(folder: str) -> tuple[dict, list[dict]]:
+  with open(os.path.join(folder, "summary.json")) as f:
+    summary = json.load(f)
+  return summary, results.read_jsonl(os.path.join(folder, "metrics.jsonl"))
+
+
+def _run_in_lane(todo: list, out: dict, run_one: Callable) -> None:
+  """``run_cells`` in a lane of ``--lanes``: each run of ``todo`` in the study's order that
+  no other lane owns is claimed and run as its own program; then the runs the other lanes
+  hold are waited for (the study's tables, and a later part, read them)."""
+  held = []
+  for t in todo:
+    name, i, c, folder, _ = t
+    if not grid.claim(folder):
+      held.append(t)
+      continue
+    try:
+      if grid.read_finished(folder, c.rounds, c.get("half_precision", False)) is None:
+        logging.info("lane run: %s seed %d", name, c.seed)
+        run_one([t])
+    finally:
+      ownership.release(folder)
+    out[name][i] = _read_run(folder)
+  for name, i, c, folder, _ in held:
+    run = grid.Run(name, int(c.seed), folder, int(c.rounds))
+    grid.wait_for(run, c.get("half_precision", False))
+    out[name][i] = _read_run(folder)
 
 
 def default_workers(num_devices: int) -> int:

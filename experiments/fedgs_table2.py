@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Sequence
 
 import jax
@@ -244,13 +245,6 @@ def define_flags():
     f"and the config's extra_methods; --quick: {QUICK_METHODS})",
   )
   flags.DEFINE_string("modes", "", "subset of the availability modes ('' = each dataset's)")
-  flags.DEFINE_string(
-    "seed_from",
-    "",
-    "a folder of committed results (cells/<cell>/seed<k>/ with config.json, metrics.jsonl, "
-    "summary.json): its finished runs are copied into --output_dir first (never over a run "
-    "there) and read back instead of trained",
-  )
   return common.define_config_file(CONFIG_FILE, "the paper's settings (ml_collections config file)")
 
 
@@ -295,6 +289,24 @@ def quick_base(base: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   return c
 
 
+def parse_seeds_of(text: str) -> dict[str, set[int]]:
+  """A column's ``seeds_of``, ``"power_of_choice:0,fedprox:0"`` (``method:seed[+seed]``):
+  those methods run only those seeds there (the rest run every seed of ``--seeds``).
+
+  Raises:
+    ValueError: a malformed entry, named with what is allowed.
+  """
+  out: dict[str, set[int]] = {}
+  for part in [p.strip() for p in text.split(",") if p.strip()]:
+    m = re.fullmatch(r"(\w+):(\d+(?:\+\d+)*)", part)
+    if not m:
+      raise ValueError(
+        f"seeds_of entry {part!r}; allowed: method:seed[+seed...], e.g. fedprox:0 or md:0+1"
+      )
+    out[m.group(1)] = {int(x) for x in m.group(2).split("+")}
+  return out
+
+
 class Column:
   """One dataset column: base config, modes and the (lazily loaded, cached) dataset."""
 
@@ -314,7 +326,17 @@ class Column:
     self.sizes = spec.sizes if not quick else ""
     self.modes = [m for m in spec.modes.split(",") if m][: 2 if quick else None]
     self.availability_seed_per_seed = bool(spec.get("availability_seed_per_seed", False))
+    self.run_order = spec.get("run_order", "cell")
+    if self.run_order not in common.RUN_ORDERS:
+      raise ValueError(
+        f"datasets.{key}.run_order={self.run_order!r}; allowed: {', '.join(common.RUN_ORDERS)}"
+      )
+    self.seeds_of = parse_seeds_of(spec.get("seeds_of", ""))
     self._data = None
+
+  def method_seeds(self, method: str, seeds: Sequence[int]) -> list[int]:
+    """The seeds of ``seeds`` that ``method`` runs in this column (``seeds_of``)."""
+    return [s for s in seeds if method not in self.seeds_of or s in self.seeds_of[method]]
 
   @property
   def data(self) -> data_lib.FederatedData:
@@ -425,6 +447,8 @@ def run_cells(
     lambda _c: column.data,
     resume=resume,
     availability_seed_per_seed=column.availability_seed_per_seed,
+    order=column.run_order,
+    cell_seeds={n: column.method_seeds(n.split("-")[-1], seeds) for n in cells},
   )
   for name, res in out.items():
     best = [s["best_test_loss"] for s, _ in res]
@@ -456,7 +480,10 @@ def table2(columns, cfg, method_keys, output_dir, seeds, resume, mode_filter=())
         keys.append((col.key, mode))
   rows = []
   for mk in method_keys:
-    row = [cfg.methods[mk].label]
+    ran = {len(runs.get((d, mode, mk), [])) for d, mode in keys} - {0}
+    fewer = [c.method_seeds(mk, seeds) for c in columns if c.method_seeds(mk, seeds) != seeds]
+    only = f" (seed {'+'.join(map(str, fewer[0]))})" if fewer and ran else ""
+    row = [cfg.methods[mk].label + only]
     for d, mode in keys:
       best = [s["best_test_loss"] for s, _ in runs.get((d, mode, mk), [])]
       row.append(common.fmt(*common.mean_std(best), digits=3) if best else "")
@@ -849,8 +876,8 @@ def run_all(
   columns = study_columns(cfg, datasets, quick, data_dir, rounds)
   method_keys = study_methods(cfg, methods, quick)
   os.makedirs(output_dir, exist_ok=True)
-  if seed_from and resume:
-    common.seed_from_results(seed_from, output_dir)
+  for folder in [p for p in seed_from.split(",") if p.strip()] if resume else []:
+    common.seed_from_results(folder.strip(), output_dir)
   out = {}
   runs2 = {}
   if "table2" in parts or "fig4" in parts or "table4" in parts:
@@ -877,11 +904,6 @@ def check_config(argv) -> dict:
   f = flags.FLAGS
   if not f.output_dir:
     raise common.UsageError("--output_dir is required; allowed: a folder for the results")
-  if f.seed_from and not os.path.isdir(f.seed_from):
-    raise common.UsageError(
-      f"--seed_from={f.seed_from!r} is not a folder; allowed: a folder of committed results "
-      "(cells/<cell>/seed<k>/)"
-    )
   cfg = _CONFIG[0].value
   datasets = split_names(f.datasets, list(cfg.datasets.keys()), "datasets")
   text = f.methods
@@ -923,6 +945,7 @@ def check_config(argv) -> dict:
 
 def main(argv):
   args = common.checked(check_config, argv)
+  common.start_lanes(args["output_dir"])
   # One line, no traceback: the message names the dataset and how to get it, or the folder
   # that holds another protocol's runs.
   with common.user_errors(ProtocolMismatchError):

@@ -17,6 +17,7 @@ from absl import logging
 from fedjax_sel import data
 from fedjax_sel.core import batch as batch_lib
 from fedjax_sel.core import checkpoint, distributed
+from fedjax_sel.experiment import ownership
 from fedjax_sel.experiment.build import build, load_data, make_components
 from fedjax_sel.experiment.config import (
   ConfigError,
@@ -124,6 +125,18 @@ def run_batch(
     concrete = [make_components(c) for c in configs]
   except (ValueError, TypeError) as e:
     raise ConfigError(one_line(e)) from e
+  # one writer per folder: a folder another process is writing ends here, before any write
+  with ownership.owned(output_dirs, primary=distributed.is_primary()):
+    return _launch(
+      configs, output_dirs, concrete, resume, progress, dataset, write_plots, loop, checkpoint_dir
+    )
+
+
+def _launch(
+  configs, output_dirs, concrete, resume, progress, dataset, write_plots, loop, checkpoint_dir
+):
+  """``run_batch`` after its checks, with every folder owned by this process."""
+  k_all = len(configs)
   c0 = configs[0]
   resume = c0.resume if resume is None else resume
   dataset = dataset if dataset is not None else load_data(c0)

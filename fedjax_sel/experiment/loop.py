@@ -20,6 +20,7 @@ from absl import logging
 from fedjax_sel import data
 from fedjax_sel.core import checkpoint, distributed, peer_failure
 from fedjax_sel.core import simulation as sim_lib
+from fedjax_sel.experiment import ownership
 from fedjax_sel.experiment.build import build, load_data
 from fedjax_sel.experiment.config import (
   ConfigError,
@@ -182,7 +183,10 @@ def run(
   output_dir = output_dir or c.output_dir
   resume = c.resume if resume is None else resume
   try:
-    return _run(c, output_dir, resume, progress, dataset, write_plots, simulation)
+    # one writer per folder: another live process's folder ends here, before any write
+    owned = [output_dir] if output_dir and not os.path.isfile(output_dir) else []
+    with ownership.owned(owned, primary=distributed.is_primary()):
+      return _run(c, output_dir, resume, progress, dataset, write_plots, simulation)
   except results.WriteError as e:
     if distributed.multiprocess():
       peer_failure.report(e)
