@@ -28,6 +28,15 @@ mean of the models, as the authors' code averages; cells ``<scenario>_<method>_f
 ``"gradient"`` (McMahan et al.'s FedSGD: one full-batch gradient step per client, the plain
 mean; cells ``<scenario>_<method>_fedsgd_gradient``).
 
+TiFL and FedFast as the papers describe them (``--config.baselines=papers``, default; their
+hyper-parameters in ``--config.tifl.*`` and ``--config.fedfast.*``) or as the FedEMD authors'
+released code runs them (``--config.baselines=authors``; cells ``<scenario>_tifl_authors``
+and ``<scenario>_fedfast_authors``, before any FedSGD suffix): TiFL with
+``rule="accuracy_weighted"`` (per-client test accuracy of the last local model, the reservoir
+favouring low accuracy) and FedFast with ``features="label_counts"``,
+``init="random_points"``, one client from each of M clusters (``fedjax_sel/selection/
+tifl.py``, ``fedfast.py``).
+
 R@99 (Sec. 5, App. A.5): the first round at which a method's test accuracy reaches 99 % of
 the highest test accuracy reached by Random selection in the same scenario and seed;
 averaged over seeds; ">T" when it is never reached within the T rounds.
@@ -100,6 +109,9 @@ SELECTION = {
 # participation trace re-runs them round by round (``trace_shapley``) instead of a replay.
 TRAINING_DEPENDENT = ("tifl", "fedfast", "shapley")
 AGGREGATION_SETUPS = ("fedavg", "fedsgd")
+# TiFL and FedFast: as their papers describe them, or as the FedEMD authors' code runs them
+BASELINES = ("papers", "authors")
+BASELINE_METHODS = ("tifl", "fedfast")
 # FedSGD's readings: "epoch" (FedAvg's local epoch, the plain mean) or "gradient" (one
 # full-batch gradient step per client, the plain mean)
 FEDSGD_READINGS = ("epoch", "gradient")
@@ -257,6 +269,8 @@ def prepare_config(
     raise ValueError(
       f"fedsgd_batch_size={b!r}; allowed: an integer >= 0 (0 = the largest client's size)"
     )
+  if c.get("baselines", "papers") not in BASELINES:
+    raise ValueError(f"baselines={c.baselines!r}; allowed: {', '.join(BASELINES)}")
   if c.fedemd_current not in fedemd_selection.CURRENT_READINGS:
     raise ValueError(
       f"fedemd_current={c.fedemd_current!r}; allowed: {list(fedemd_selection.CURRENT_READINGS)}"
@@ -301,18 +315,24 @@ def protocol_name(config: ml_collections.ConfigDict) -> str:
   """What every table heading names: FedEMD's D_c reading, FedAvg's weighting, the lr unit."""
   setup = config.get("aggregation_setup", "fedavg")
   reading = config.get("fedsgd_reading", "epoch")
-  return (
+  text = (
     f"FedEMD D_c from label {config.fedemd_current}, {fedavg_name(config.base, setup, reading)}"
   )
+  if config.get("baselines", "papers") == "authors":
+    text += ", TiFL and FedFast as the authors' code runs them"
+  return text
 
 
 def cell_name(config: ml_collections.ConfigDict, scenario: str, method: str) -> str:
   """A cell's folder under ``cells/``: ``<scenario>_<method>`` (FedAvg, the committed cells'
   names), ``<scenario>_<method>_fedsgd`` (FedSGD, the epoch reading) or
-  ``<scenario>_<method>_fedsgd_gradient``."""
+  ``<scenario>_<method>_fedsgd_gradient``; TiFL's and FedFast's with ``baselines="authors"``
+  as ``<scenario>_<method>_authors`` followed by the same suffixes."""
   suffix = ""
+  if method in BASELINE_METHODS and config.get("baselines", "papers") == "authors":
+    suffix = "_authors"
   if config.get("aggregation_setup", "fedavg") == "fedsgd":
-    suffix = "_fedsgd"
+    suffix += "_fedsgd"
     if config.get("fedsgd_reading", "epoch") == "gradient":
       suffix += "_gradient"
   return f"{scenario}_{method}{suffix}"
@@ -331,7 +351,10 @@ def cell_config(
   c = ml_collections.ConfigDict(config.base.to_dict())
   c.selection = {**SELECTION, **SUPPLEMENT_SELECTION}[method]
   hp = {}
-  if method == "tifl":
+  authors = config.get("baselines", "papers") == "authors"
+  if method == "tifl" and authors:
+    hp = {"rule": "accuracy_weighted"}
+  elif method == "tifl":
     t = config.tifl
     hp = {
       "num_tiers": int(t.num_tiers),
@@ -339,6 +362,16 @@ def cell_config(
       "interval": int(t.interval),
       "tier_by": str(t.tier_by),
       "accuracy_from": str(t.accuracy_from),
+    }
+    if t.get("short_tier", "fill") != "fill":  # the default keeps the cells' configs
+      hp["short_tier"] = str(t.short_tier)
+  elif method == "fedfast" and authors:
+    hp = {
+      "num_clusters": int(c.clients_per_round),
+      "features": "label_counts",
+      "allocation": "equal",
+      "kmeans_iters": int(config.fedfast.kmeans_iters),
+      "init": "random_points",
     }
   elif method == "fedfast":
     f = config.fedfast
@@ -348,6 +381,8 @@ def cell_config(
       "allocation": str(f.allocation),
       "kmeans_iters": int(f.kmeans_iters),
     }
+    if f.get("init", "kmeans++") != "kmeans++":  # the default keeps the cells' configs
+      hp["init"] = str(f.init)
     c.sketch_dim = int(config.fedfast_sketch_dim)
   elif method == "fedprox":
     c.client_update = "fedprox"

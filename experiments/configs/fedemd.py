@@ -25,13 +25,15 @@ Three settings, each a named value (issue 41); the defaults are the text's where
 
 Table 1's methods (``methods``): Random, TiFL, FedFast, FedProx, Shapley (SVB) and FedEMD;
 TiFL and FedFast are selection strategies (``fedjax_sel/selection/tifl.py``, ``fedfast.py``;
-their hyper-parameters in ``tifl`` and ``fedfast``), FedProx is Random selection with the
-FedProx local update (``fedprox_mu``). ``aggregation_setup`` names Table 1's two
-aggregations: ``"fedavg"`` (default: one local epoch, batch 4, the weighting above) or
-``"fedsgd"`` (the plain mean of the cohort; ``fedsgd_reading`` "epoch", the default: FedAvg's
-local epoch, as the paper uses the name and the authors' code averages, cells
-``cells/<scenario>_<method>_fedsgd``; "gradient": one full-batch gradient step per selected
-client, McMahan et al.'s FedSGD, cells ``cells/<scenario>_<method>_fedsgd_gradient``).
+their hyper-parameters in ``tifl`` and ``fedfast``; ``baselines="authors"`` runs them as the
+FedEMD authors' released code does instead, in cells ``<scenario>_<method>_authors``),
+FedProx is Random selection with the FedProx local update (``fedprox_mu``).
+``aggregation_setup`` names Table 1's two aggregations: ``"fedavg"`` (default: one local
+epoch, batch 4, the weighting above) or ``"fedsgd"`` (the plain mean of the cohort;
+``fedsgd_reading`` "epoch", the default: FedAvg's local epoch, as the paper uses the name
+and the authors' code averages, cells ``cells/<scenario>_<method>_fedsgd``; "gradient": one
+full-batch gradient step per selected client, McMahan et al.'s FedSGD, cells
+``cells/<scenario>_<method>_fedsgd_gradient``).
 
 App. A.3-A.6 (``supplement``): ``"fig5"``, ``"fig6"`` or ``"fig7"`` runs that figure's fixed
 cells (mav-always / mav-never are built in ``experiments/fedemd.py``, as only this study knows
@@ -104,13 +106,32 @@ def get_config() -> ml_collections.ConfigDict:
   # client padded to it (the first build: the same step, ~5x the examples of a round)
   c.fedsgd_batch_size = 128  # the fastest of 64, 128, 250, 500, 1000 (the FedEMD page)
   c.fedprox_mu = 0.01  # FedEMD does not give it; FedProx's and the library's default
-  # TiFL (Chai et al.): 5 tiers as in its experiments; credits 0 = ceil(rounds / num_tiers)
+  # TiFL and FedFast: "papers" (their papers' methods, with the settings below) or "authors"
+  # (the FedEMD authors' released code: TiFL rule "accuracy_weighted", FedFast on raw label
+  # counts from random points, K = clients_per_round; cells <scenario>_<method>_authors)
+  c.baselines = "papers"
+  # TiFL (Chai et al.): 5 tiers as in its experiments; credits 0 = ceil(rounds / num_tiers);
+  # short_tier "fill" or "tier_only" (a tier with fewer available clients than slots)
   c.tifl = ml_collections.ConfigDict(
-    {"num_tiers": 5, "credits": 0, "interval": 1, "tier_by": "size", "accuracy_from": "tiers"}
+    {
+      "num_tiers": 5,
+      "credits": 0,
+      "interval": 1,
+      "tier_by": "size",
+      "accuracy_from": "tiers",
+      "short_tier": "fill",
+    }
   )
-  # FedFast (Muhammad et al.): num_clusters 0 = clients_per_round (one pick per cluster)
+  # FedFast (Muhammad et al.): num_clusters 0 = clients_per_round (one pick per cluster);
+  # init "kmeans++" or "random_points"
   c.fedfast = ml_collections.ConfigDict(
-    {"num_clusters": 0, "features": "updates", "allocation": "equal", "kmeans_iters": 20}
+    {
+      "num_clusters": 0,
+      "features": "updates",
+      "allocation": "equal",
+      "kmeans_iters": 20,
+      "init": "kmeans++",
+    }
   )
   c.fedfast_sketch_dim = 64  # update sketch of FedFast's K-means (P x 64 floats of memory)
   c.fedemd_alpha = 0.15
