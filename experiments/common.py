@@ -502,43 +502,6 @@ def _run_in_lane(todo: list, out: dict, run_one: Callable) -> None:
         out[name][i] = _read_run(folder)
 
 
-RUN_ORDERS = ("cell", "seed")
-
-
-def _without(out: dict, skipped: set) -> dict:
-  """``run_cells``'s result less the (cell, seed index) pairs ``cell_seeds`` left out."""
-  return {n: [r for i, r in enumerate(rs) if (n, i) not in skipped] for n, rs in out.items()}
-
-
-def _read_run(folder: str) -> tuple[dict, list[dict]]:
-  with open(os.path.join(folder, "summary.json")) as f:
-    summary = json.load(f)
-  return summary, results.read_jsonl(os.path.join(folder, "metrics.jsonl"))
-
-
-def _run_in_lane(todo: list, out: dict, run_one: Callable) -> None:
-  """``run_cells`` in a lane of ``--lanes``: each run of ``todo`` in the study's order that
-  no other lane owns is claimed and run as its own program; then the runs the other lanes
-  hold are waited for (the study's tables, and a later part, read them)."""
-  held = []
-  for t in todo:
-    name, i, c, folder, _ = t
-    if not grid.claim(folder):
-      held.append(t)
-      continue
-    try:
-      if grid.read_finished(folder, c.rounds, c.get("half_precision", False)) is None:
-        logging.info("lane run: %s seed %d", name, c.seed)
-        run_one([t])
-    finally:
-      ownership.release(folder)
-    out[name][i] = _read_run(folder)
-  for name, i, c, folder, _ in held:
-    run = grid.Run(name, int(c.seed), folder, int(c.rounds))
-    grid.wait_for(run, c.get("half_precision", False))
-    out[name][i] = _read_run(folder)
-
-
 def default_workers(num_devices: int) -> int:
   """How many programs ``run_cells`` runs at once: 2 on one device, 1 on a mesh.
 

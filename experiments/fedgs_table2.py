@@ -13,9 +13,9 @@ columns run only when ``--data_dir`` holds those TFDS datasets (or when named in
 of the 3DG built from cosine / functional similarity against the oracle 3DG. Table 4:
 FedGS on the oracle vs the constructed 3DGs. Every cell/seed runs under
 ``output_dir/cells/<cell>/seed<k>/`` (finished ones are read back with ``--resume``);
-``--seed_from=results/<folder>`` first copies the committed finished runs there
-(``common.seed_from_results``), so the same command on a fresh machine trains only the runs
-that folder lacks (results/fedgs_table2/run_chain_fmnist.sh).
+``--seed_from=results/<folder>`` (or ``--collect=results/<folder>``, which also keeps each run
+there as it finishes; ``experiments/grid.py``) first copies the committed finished runs
+there, so the same command on a fresh machine trains only the runs that folder lacks.
 The Fashion-MNIST column runs the authors' released protocol by default;
 ``--config.fmnist_protocol=ours`` the one of the committed ``results/fedgs_fmnist/
 rounds*/`` ablation (``experiments/configs/fedgs_table2.py``). A cell folder that holds

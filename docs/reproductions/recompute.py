@@ -156,7 +156,7 @@ def fedgs() -> None:
 
   fedgs_fmnist("fedgs_fmnist/rounds500/table2_vs_paper.csv", "fedgs_fmnist/cells", "ablation")
   released = "fedgs_table2/fashion_mnist"
-  # the chain runs two one-device commands side by side (run_chain_fmnist.sh, LANES=2)
+  # the study runs two one-device lanes side by side (--lanes=2, experiments/grid.py)
   fedgs_fmnist(f"{released}/table2_vs_paper_seed0.csv", f"{released}/cells", "released", 2)
   fedgs_fmnist_step2(f"{released}/table2_vs_paper_seed0.csv", f"{released}/cells")
   fedgs_synthetic_rows()
@@ -179,7 +179,7 @@ def fmnist_cell_line(s: dict, h: list[dict]) -> str:
 
 
 # The paper's Table 2, Fashion-MNIST column (IDL, YMF0.9, YC0.9), for the rows that
-# run_chain_fmnist.sh's step 2 adds to the four of step 1.
+# the study's step 2 (Power-of-Choice and FedProx, seed 0) adds to the four of step 1.
 PAPER_FMNIST_STEP2 = {"power_of_choice": (0.345, 0.326, 0.311), "fedprox": (0.315, 0.331, 0.374)}
 
 
@@ -721,7 +721,7 @@ def fedemd_fedsgd_is_plain_mean() -> None:
 
 
 def fedemd_table1_cost() -> None:
-  """What run_table1.sh's committed cells took in their lane (two one-device commands side by
+  """What Table 1's committed baseline cells took in their lane (two one-device lanes side by
   side): TiFL's, FedFast's and FedProx's under FedAvg and FedSGD, and SVB's; the cells not yet
   committed (if any) at the baselines' mean minutes, SVB's at its own seeds', two lanes at a
   time."""
@@ -788,7 +788,7 @@ def fedemd_fig4_whole() -> None:
 
 
 def fedemd_fig4_cost() -> None:
-  """What Fig. 4's cells took in their lane (run_fig4.sh runs two one-device commands side by
+  """What Fig. 4's cells took in their lane (two one-device lanes side by
   side): steps 1 and 3's twelve baseline cells (seed 0), and the seeds 1-2 cells of Random,
   TiFL and FedEMD (steps 2, 4 and 5), from each committed cell's `seconds`; while cells of
   steps 4 and 5 remain, what they should take (a step of k cells takes about ceil(k / 2)
