@@ -26,7 +26,7 @@ import numpy as np
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from experiments import grid
+from experiments import grid, startup
 from fedjax_sel import data, experiment
 from fedjax_sel.core import distributed
 from fedjax_sel.experiment import ownership
@@ -38,6 +38,8 @@ def define_flags(default_seeds: str = "0,1,2") -> None:
   --half_precision (every paper binary),
   and the multi-process launch flags (``--coordinator_address``, ``--num_processes``,
   ``--process_id``, ...; the processes join before ``main`` runs)."""
+  startup.import_from_argv()  # the user's registered methods, before anything reads them
+  startup.define_flags()
   distributed.define_flags()
   grid.define_flags()
   app.call_after_init(_join_processes)
@@ -112,11 +114,13 @@ def parse_or_raise(argv: list[str]) -> list[str]:
         "both values joined, not the last one)"
       )
   try:
-    return flags.FLAGS(argv)
+    rest = flags.FLAGS(argv)
   except flags.Error as e:
     raise UsageError(experiment.one_line(e)) from None
   except Exception as e:  # a --config file that fails to import (SyntaxError, ...)
     raise _config_error(e, argv) from None
+  startup.start()  # the compilation cache, before anything compiles
+  return rest
 
 
 def _config_overrides(argv: list[str]) -> list[str]:

@@ -20,6 +20,7 @@ import sys
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from experiments import startup
 from experiments.common import UsageError, parse_flags, parse_or_raise
 from fedjax_sel import experiment
 from fedjax_sel.core import distributed
@@ -105,6 +106,8 @@ HELP = {
   "skips that pass)",
 }
 
+startup.import_from_argv()  # --import: the user's methods are registered before the flags
+startup.define_flags()  # --import, --compilation_cache
 _DEFAULTS = experiment.default_config()
 _FLAG_NAMES = []
 for _name, _value in _DEFAULTS.items():

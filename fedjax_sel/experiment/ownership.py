@@ -11,7 +11,9 @@ The kernel drops a ``flock`` when its process dies (``kill -9`` included), so a 
 by a killed process is recognised without guessing from process ids: the next process
 gets the lock, finds the dead owner's record in the file, logs a warning naming it and
 takes the folder over (with ``--resume`` the run continues from its newest checkpoint).
-An owner that ends normally empties the file, so only a dead owner leaves a record.
+An owner that ends normally removes the file (while it holds the lock; a process that
+opened the old file checks, once it has the lock, that it is still the folder's), so a
+finished run folder holds no lock file and only a dead owner leaves a record.
 
 Within one process the lock is re-entrant (a study that owns a cell's folder and then runs
 it through ``run_batch``), counted per folder. In a multi-process run (``jax.distributed``)
@@ -97,13 +99,21 @@ def acquire(folder: str) -> None:
       _HELD[path][1] += 1
       return
     os.makedirs(path, exist_ok=True)
-    fd = os.open(os.path.join(path, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-      owner = _read(fd)
+    lock_path = os.path.join(path, LOCK_FILE)
+    while True:
+      fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+      try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+      except OSError:
+        owner = _read(fd)
+        os.close(fd)
+        raise FolderBusyError(folder, owner) from None
+      try:  # the file an owner removed as it ended is not the lock any more: open the new one
+        if os.stat(lock_path).st_ino == os.fstat(fd).st_ino:
+          break
+      except FileNotFoundError:
+        pass
       os.close(fd)
-      raise FolderBusyError(folder, owner) from None
     previous = _read(fd)
     if previous:
       logging.warning(
@@ -130,8 +140,10 @@ def release(folder: str) -> None:
       return
     del _HELD[path]
     fd = held[0]
-    try:
-      os.ftruncate(fd, 0)  # a clean end leaves no record: only a dead owner does
+    try:  # a clean end leaves no file (only a dead owner leaves its record)
+      os.unlink(os.path.join(path, LOCK_FILE))
+    except OSError:
+      pass
     finally:
       fcntl.flock(fd, fcntl.LOCK_UN)
       os.close(fd)

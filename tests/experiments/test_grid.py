@@ -72,7 +72,7 @@ def test_a_second_owner_is_refused_naming_the_first_and_a_dead_ones_folder_is_ta
     assert record["pid"] == os.getpid()
   finally:
     ownership.release(str(folder))
-  assert (folder / ownership.LOCK_FILE).read_text() == ""  # a clean end leaves no record
+  assert not (folder / ownership.LOCK_FILE).exists()  # a clean end leaves no lock file
 
 
 def test_ownership_is_reentrant_within_a_process_and_all_or_none(tmp_path):
