@@ -31,6 +31,7 @@ from __future__ import annotations
 import concurrent.futures
 import csv
 import dataclasses
+import functools
 import io
 import json
 import math
@@ -40,10 +41,11 @@ import ml_collections
 import numpy as np
 from absl import app, flags, logging
 
-from experiments import common
+from experiments import common, grid
 from fedjax_sel import aggregation, availability, experiment, selection
 from fedjax_sel.core.registry import is_integer
 from fedjax_sel.metrics import results
+from fedjax_sel.metrics import stats as stats_lib
 
 PANELS = ("selection", "aggregation")
 PARTS = {"selection": selection, "aggregator": aggregation, "availability": availability}
@@ -274,15 +276,108 @@ def _read_seed(folder: str, rounds: int) -> tuple[dict, list[dict]] | None:
   return summary, results.read_jsonl(os.path.join(folder, "metrics.jsonl"))
 
 
+# config.json fields that do not change a run's numbers: a reused cell may differ in them
+REUSE_FREE = ("output_dir", "resume", "tensorboard", "data_dir", "checkpoint_every")
+
+
+def reuse_cells(source: str, dataset: str, runnable: dict, folder: dict, seeds: list[int]) -> int:
+  """``--reuse``: copies into this atlas every finished run of ``source``
+  (``cells/<dataset>/<cell>/seed<k>/``) that this atlas would run with the same config and
+  has not finished itself; returns how many.
+
+  Raises:
+    experiment.ConfigError: a run of ``source`` for one of this atlas's cells ran under other
+      shared settings (one line naming the cell and the fields): never mixed silently.
+  """
+  copied = 0
+  for cname, cfg in runnable.items():
+    for s in seeds:
+      src = os.path.join(source, "cells", dataset, cname, f"seed{s}")
+      dst = os.path.join(folder[cname], f"seed{s}")
+      if _read_seed(dst, cfg.rounds) is not None or not os.path.exists(
+        os.path.join(src, "summary.json")
+      ):
+        continue
+      with open(os.path.join(src, "config.json")) as f:
+        saved = json.load(f).get("config", {})
+      mine = common.seed_config(cfg, s, True).to_dict()
+      diff = [
+        f"{k}: {saved.get(k)!r} there, {mine.get(k)!r} here"
+        for k in sorted(set(saved) | set(mine))
+        if k not in REUSE_FREE and saved.get(k) != mine.get(k)
+      ]
+      if diff:
+        raise experiment.ConfigError(
+          f"--reuse={source}: {cname} seed {s} ran under other shared settings "
+          f"({'; '.join(diff[:6])}{'; ...' if len(diff) > 6 else ''}); allowed: a folder "
+          "of runs with this atlas's settings (or drop --reuse)"
+        )
+      if _read_seed(src, cfg.rounds) is None:
+        continue
+      grid.copy_run(src, dst)
+      copied += 1
+  if copied:
+    logging.info("atlas %s: %d finished run(s) reused from %s", dataset, copied, source)
+  return copied
+
+
+def same_availability(
+  config: ml_collections.ConfigDict, dataset_name: str, dataset, seeds: list[int]
+) -> dict[str, str]:
+  """``{model: earlier model}`` for each availability model of the dataset's grid that draws
+  exactly what an earlier one draws (the same active clients and probabilities in every
+  round, from each seed's availability key): the same experiment, named instead of run. On
+  Fashion-MNIST with equal client sizes LDF and MDF, whose rates follow data size, give
+  every client the same rate, as IDL and always-available do."""
+  import jax
+
+  from fedjax_sel.availability import rollout
+
+  base = config.data[dataset_name].base
+  info = dataset.client_info()
+  draws = {}
+  seen = set()
+  for cl in cells(config, dataset_name):
+    if cl.availability in seen:
+      continue
+    seen.add(cl.availability)
+    try:
+      model = experiment.make_components(cell_config(config, cl)).availability
+      per_seed = []
+      for s in seeds:
+        key = jax.random.PRNGKey(int(base.availability_seed) + s)
+        active, probs = rollout(model, info, key, int(base.rounds))
+        per_seed.append((np.asarray(active), np.asarray(probs)))
+    except Exception:  # noqa: BLE001 (a model that cannot run here is listed as such later)
+      continue
+    draws[cl.availability] = per_seed
+  out = {}
+  names = list(draws)
+  for i, av in enumerate(names):
+    for earlier in names[:i]:
+      if earlier in out:
+        continue
+      if all(
+        np.array_equal(a1, a2) and np.array_equal(p1, p2)
+        for (a1, p1), (a2, p2) in zip(draws[av], draws[earlier])
+      ):
+        out[av] = earlier
+        break
+  return out
+
+
 def run_dataset(
   config: ml_collections.ConfigDict,
   name: str,
   output_dir: str,
   seeds: list[int],
   resume: bool = True,
+  reuse: tuple[str, ...] = (),
 ) -> dict[str, dict]:
   """Runs every cell of one dataset; returns ``{cell name: {"status", "reason", "runs"}}``
-  with ``runs`` = [(summary, history) or None per seed]."""
+  with ``runs`` = [(summary, history) or None per seed]. An availability model that draws
+  what an earlier one draws is not run (``same_availability``); ``reuse`` folders' finished
+  runs with this atlas's settings are copied in first (``reuse_cells``)."""
   d = config.data[name]
   dataset = experiment.load_data(d.base)
   unique: dict[str, ml_collections.ConfigDict] = {}
@@ -297,7 +392,23 @@ def run_dataset(
       runnable[cname] = cfg
     else:
       logging.warning("atlas %s: cell %s %s: %s", name, cname, status, reason)
+  same = same_availability(config, name, dataset, seeds) if config.get("detect_same", True) else {}
+  twins = {}  # a cell under a model that draws what an earlier one draws -> that cell
+  for cname in list(runnable):
+    methods, av = cname.rsplit("+", 1)
+    twin = f"{methods}+{same.get(av)}"
+    if av in same and twin in runnable:  # the same experiment runs there: not run twice
+      del runnable[cname]
+      twins[cname] = twin
+      out[cname] = {
+        "status": f"same as {same[av]}",
+        "reason": f"{av} draws the same availability as {same[av]} on this dataset (every "
+        "round of every seed): not run, its numbers are that cell's",
+        "runs": [None] * len(seeds),
+      }
   folder = {c: os.path.join(output_dir, "cells", name, c) for c in unique}
+  for source in reuse:
+    reuse_cells(source, name, runnable, folder, seeds)
   groups: dict[str, list[str]] = {}
   for cname, cfg in runnable.items():
     key = experiment.batch_key(common.seed_config(cfg, seeds[0], True))
@@ -346,6 +457,8 @@ def run_dataset(
   with concurrent.futures.ThreadPoolExecutor(workers) as pool:
     for f in [pool.submit(run_program, m) for m in programs]:
       f.result()
+  for cname, twin in twins.items():
+    out[cname]["runs"] = out[twin]["runs"]
   return out
 
 
@@ -392,7 +505,7 @@ def atlas_rows(
         run = o["runs"][i]
         if run is not None:
           row.update(seed_metrics(run[0], run[1], target))
-          row["status"] = "ok"
+          row["status"] = o["status"] if o["status"].startswith("same as ") else "ok"
         elif o["status"] in ("ok", "not finished"):
           row["status"] = "not finished"
           row["reason"] = o["reason"] or "no finished run"
@@ -412,7 +525,7 @@ def write_csv(path: str, rows: list[dict]) -> None:
 def _stats(rows: list[dict], key: str, rounds: int) -> tuple[float, float, int] | None:
   """(mean, std, seeds that never reached) over the ok seeds; None when no seed ran.
   A seed that never reaches the target counts as ``rounds + 1`` in the mean."""
-  ok = [r for r in rows if r["status"] == "ok"]
+  ok = [r for r in rows if _measured(r)]
   if not ok:
     return None
   values, never = [], 0
@@ -427,6 +540,70 @@ def _stats(rows: list[dict], key: str, rounds: int) -> tuple[float, float, int] 
   if not values:
     return None
   return float(np.mean(values)), float(np.std(values)), never
+
+
+def _same_as(rows: list[dict]) -> str:
+  """The model an availability row's cells are the same experiment as ("" if none)."""
+  status = {r["status"] for r in rows}
+  if len(status) == 1 and next(iter(status)).startswith("same as "):
+    return next(iter(status))[len("same as ") :]
+  return ""
+
+
+def _measured(row: dict) -> bool:
+  """A row with numbers: run here, or the same experiment as a cell run here."""
+  return row["status"] == "ok" or (
+    row["status"].startswith("same as ") and row.get("final_test_accuracy") not in (None, "")
+  )
+
+
+def _by_seed(rows: list[dict], key: str = "final_test_accuracy") -> dict[int, float]:
+  return {int(r["seed"]): float(r[key]) for r in rows if _measured(r) and r[key] is not None}
+
+
+def effect_table(
+  rows: list[dict], dataset: str, panel: str, against: str, reference: str
+) -> tuple[list[str], list[list[str]]]:
+  """Paired effects on final test accuracy (points), per availability row: each method
+  minus the panel's reference (``against="reference"``) or minus the row's best by mean
+  (``"best"``), paired by seed: mean [95 % interval] p, ``*`` where p < 0.05
+  (``fedjax_sel.metrics.stats.paired``)."""
+  mine = [r for r in rows if r["dataset"] == dataset and r["panel"] == panel]
+  method_key = "selection" if panel == "selection" else "aggregator"
+  methods = list(dict.fromkeys(r[method_key] for r in mine))
+  avails = list(dict.fromkeys(r["availability"] for r in mine))
+  table = []
+  for av in avails:
+    here = [r for r in mine if r["availability"] == av]
+    same = _same_as(here)
+    if same:
+      table.append([av, f"same as {same} here"] + [""] * (len(methods) - 1))
+      continue
+    acc = {m: _by_seed([r for r in here if r[method_key] == m]) for m in methods}
+    means = {m: float(np.mean(list(v.values()))) for m, v in acc.items() if v}
+    if against == "reference":
+      base = reference
+    else:
+      base = max(means, key=means.get) if means else reference
+    line = [av + ("" if against == "reference" else f" (best: {base})")]
+    for m in methods:
+      if not any(r[method_key] == m for r in here):
+        line.append("")  # not in this atlas (--quick's cross)
+        continue
+      if not acc.get(m) or not acc.get(base):
+        line.append("n/a")
+        continue
+      if m == base:
+        line.append("—")
+        continue
+      e = stats_lib.paired(acc[m], acc[base])
+      if not np.isfinite(e.low):
+        line.append(f"{100 * e.mean:+.2f} (n={e.n})")
+        continue
+      text = f"{100 * e.mean:+.2f} [{100 * e.low:+.2f}, {100 * e.high:+.2f}] p={e.p:.3f}"
+      line.append(text + (" *" if e.significant() else ""))
+    table.append(line)
+  return ["availability"] + methods, table
 
 
 def rank_row(stats: dict[str, tuple | None], higher: bool) -> dict[str, tuple[int, bool]]:
@@ -458,6 +635,10 @@ def panel_table(
   avails = list(dict.fromkeys(r["availability"] for r in mine))
   table = []
   for av in avails:
+    same = _same_as([r for r in mine if r["availability"] == av])
+    if same:
+      table.append([av, f"same as {same} here"] + [""] * (len(methods) - 1))
+      continue
     stats = {}
     for m in methods:
       cell_rows = [r for r in mine if r["availability"] == av and r[method_key] == m]
@@ -478,6 +659,8 @@ def panel_table(
         text += f" ({s[2]} never)"
       rank, tie = ranks[m]
       text += f" ({rank})"
+      if cell_rows[0]["status"].startswith("same as "):
+        text += f" (= {cell_rows[0]['status'][len('same as ') :]})"
       if rank == 1:
         text = f"**{text}**"
       elif tie:
@@ -521,9 +704,29 @@ def write_markdown(
       for metric in METRICS:
         header, table = panel_table(rows, name, panel, metric, int(b.rounds))
         parts.append(results.markdown_table(header, table, f"{panel} panel ({fixed}): {metric[1]}"))
+      reference = (
+        config.reference_selection if panel == "selection" else config.reference_aggregator
+      )
+      for against, what in (("reference", reference), ("best", "the row's best")):
+        header, table = effect_table(rows, name, panel, against, reference)
+        title = (
+          f"{panel} panel: final test accuracy minus {what}'s (points), paired by seed: "
+          "mean [95 % interval] p; * p < 0.05"
+        )
+        parts.append(results.markdown_table(header, table, title))
+    same = {}
+    for r in rows:
+      if r["dataset"] == name and r["status"].startswith("same as "):
+        same.setdefault(r["availability"], r["status"][len("same as ") :])
+    if same:
+      parts += ["Availability models that are the same experiment as another here (not run):", ""]
+      parts += [
+        f"- {av}: same as {other} (every round of every seed)" for av, other in same.items()
+      ]
+      parts.append("")
     skipped = {}
     for r in rows:
-      if r["dataset"] == name and r["status"] != "ok":
+      if r["dataset"] == name and not _measured(r) and not r["status"].startswith("same as"):
         skipped.setdefault((r["selection"], r["aggregator"], r["availability"]), r)
     if skipped:
       parts += ["Cells that did not run:", ""]
@@ -550,8 +753,12 @@ def plot_heatmap(
   reference = config.reference_selection if panel == "selection" else config.reference_aggregator
   mine = [r for r in rows if r["dataset"] == dataset and r["panel"] == panel]
   methods = list(dict.fromkeys(r[method_key] for r in mine))
-  avails = list(dict.fromkeys(r["availability"] for r in mine))
+  every = list(dict.fromkeys(r["availability"] for r in mine))
+  same = {av: _same_as([r for r in mine if r["availability"] == av]) for av in every}
+  avails = [av for av in every if not same[av]]
   rounds = int(config.data[dataset].base.rounds)
+  effect = config.get("heatmap", "difference") == "effect_size"
+  marks = {}
 
   def mean(av, m):
     s = _stats(
@@ -564,9 +771,19 @@ def plot_heatmap(
   grid = np.full((len(avails), len(methods)), np.nan)
   for i, av in enumerate(avails):
     ref = mean(av, reference)
+    ref_seeds = _by_seed(
+      [r for r in mine if r["availability"] == av and r[method_key] == reference]
+    )
     for j, m in enumerate(methods):
       v = mean(av, m)
-      if v is not None and ref is not None:
+      if v is None or ref is None:
+        continue
+      m_seeds = _by_seed([r for r in mine if r["availability"] == av and r[method_key] == m])
+      e = stats_lib.paired(m_seeds, ref_seeds)
+      marks[i, j] = "*" if m != reference and e.significant() else ""
+      if effect:
+        grid[i, j] = 0.0 if m == reference else stats_lib.effect_size(m_seeds, ref_seeds)
+      else:
         grid[i, j] = 100 * (v - ref)
   lim = float(np.nanmax(np.abs(grid))) if np.isfinite(grid).any() else 1.0
   lim = max(lim, 0.5)
@@ -590,7 +807,7 @@ def plot_heatmap(
       ax.text(
         j,
         i,
-        f"{v:+.1f}".replace("-", "\u2212"),
+        (f"{v:+.1f}".replace("-", "\u2212") + marks.get((i, j), "")),
         ha="center",
         va="center",
         fontsize=7,
@@ -602,8 +819,15 @@ def plot_heatmap(
   ax.set_xlabel(f"{method_key} ({panel} panel)")
   ax.set_ylabel("availability model")
   bar = fig.colorbar(im, ax=ax, shrink=0.8)
-  bar.set_label(f"final test accuracy − {reference}'s (pp); hatched: worse")
-  ax.set_title(f"{config.data[dataset].label}: {panel} panel", fontsize=9)
+  if effect:
+    bar.set_label(f"effect size d_z vs {reference} (paired by seed); * p < 0.05")
+  else:
+    bar.set_label(f"final test accuracy − {reference}'s (pp); hatched: worse; * p < 0.05")
+  title = f"{config.data[dataset].label}: {panel} panel"
+  same_rows = [f"{av} = {same[av]}" for av in every if same[av]]
+  if same_rows:
+    title += f"\n(not shown, the same experiment here: {', '.join(same_rows)})"
+  ax.set_title(title, fontsize=9)
   results.save_figure(fig, path)
   plt.close(fig)
 
@@ -614,11 +838,15 @@ def run_study(
   seeds: list[int],
   *,
   resume: bool = True,
+  reuse: tuple[str, ...] = (),
 ) -> dict:
-  """Runs every cell of every dataset for every seed; writes atlas.csv, atlas.md, heatmaps."""
+  """Runs every cell of every dataset for every seed; writes atlas.csv, atlas.md, heatmaps.
+  ``reuse``: folders of atlas runs (e.g. results/atlas/fashion_mnist) whose finished runs
+  with this atlas's settings are copied in instead of run (``--reuse``)."""
   os.makedirs(output_dir, exist_ok=True)
   outcomes = {
-    name: run_dataset(config, name, output_dir, seeds, resume) for name in dataset_names(config)
+    name: run_dataset(config, name, output_dir, seeds, resume, tuple(reuse))
+    for name in dataset_names(config)
   }
   rows = atlas_rows(config, outcomes, seeds)
   write_csv(os.path.join(output_dir, "atlas.csv"), rows)
@@ -641,15 +869,40 @@ FLAGS = flags.FLAGS
 def define_flags() -> None:
   """The binary's flags (defined in ``__main__`` only, so importing this module is safe)."""
   common.define_study_flags(_DEFAULT_CONFIG)
+  flags.DEFINE_string(
+    "reuse",
+    "",
+    "comma-separated folders of atlas runs (cells/<dataset>/<cell>/seed<k>/, e.g. "
+    "results/atlas/fashion_mnist): every run there with this atlas's settings is taken "
+    "instead of run; one with other shared settings is refused",
+  )
+
+
+def reuse_folders() -> tuple[str, ...]:
+  """The ``--reuse`` folders, each checked to hold atlas cells.
+
+  Raises:
+    ValueError: a folder without ``cells/``, named with what is allowed.
+  """
+  out = tuple(p.strip() for p in FLAGS.reuse.split(",") if p.strip()) if "reuse" in FLAGS else ()
+  for folder in out:
+    if not os.path.isdir(os.path.join(folder, "cells")):
+      raise ValueError(
+        f"--reuse={folder!r} holds no cells/ folder; allowed: a folder of atlas runs, "
+        "e.g. results/atlas/fashion_mnist"
+      )
+  return out
 
 
 def check_config(argv) -> tuple[ml_collections.ConfigDict, list[int]]:
   """The binary's flags and config, checked before anything runs: ``(config, seeds)``."""
+  reuse_folders()
   return common.check_study(argv, prepare_config, strict_configs)
 
 
 def main(argv):
-  common.study_main(argv, check_config, run_study, "runs/atlas")
+  study = functools.partial(run_study, reuse=reuse_folders()) if "reuse" in FLAGS else run_study
+  common.study_main(argv, check_config, study, "runs/atlas")
 
 
 if __name__ == "__main__":

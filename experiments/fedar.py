@@ -49,7 +49,6 @@ import jax
 import ml_collections
 import numpy as np
 from absl import app, flags
-from scipy import stats
 
 from experiments import common
 from experiments.fl_fdms import dataset_cache, final_state
@@ -57,6 +56,7 @@ from fedjax_sel import availability, experiment, models
 from fedjax_sel.core.registry import check_count, check_range
 from fedjax_sel.data import loaders
 from fedjax_sel.metrics import results
+from fedjax_sel.metrics import stats as stats_lib
 
 METHODS = {
   "fedar": "FedAR",
@@ -301,27 +301,12 @@ def per_round_rows(runs: dict, keyed: list[tuple[str, str, object]]) -> list:
 
 
 def paired_test(reference: dict, other: dict) -> tuple[float, float, float, int]:
-  """``(mean difference, t, p, pairs)``: ``reference`` minus ``other``, paired by key.
-
-  ``reference`` and ``other`` map a pairing key (a seed, or an evaluated round) -> value;
-  the pairs are the keys both hold (same seed: the same availability draw and initial model;
-  same round: the same point of training), matched by key and never by position. t and p
-  are the paired t-test's (``scipy.stats.ttest_rel``, two-sided; t = mean(d) / (std(d,
-  ddof=1) / sqrt(n)), n - 1 degrees of freedom), nan with fewer than two pairs.
-  """
-  keys = sorted(set(reference) & set(other))
-  a = np.asarray([reference[k] for k in keys], np.float64)
-  b = np.asarray([other[k] for k in keys], np.float64)
-  d = a - b
-  mean = float(np.mean(d)) if keys else float("nan")
-  if len(keys) < 2:
-    return mean, float("nan"), float("nan"), len(keys)
-  if np.all(d == d[0]):  # no spread: scipy's limits (t = ±inf, p = 0; nan if d = 0), unwarned
-    if mean == 0.0:
-      return mean, float("nan"), float("nan"), len(keys)
-    return mean, float(np.copysign(np.inf, mean)), 0.0, len(keys)
-  test = stats.ttest_rel(a, b)
-  return mean, float(test.statistic), float(test.pvalue), len(keys)
+  """``(mean difference, t, p, pairs)``: ``reference`` minus ``other``, paired by key
+  (``fedjax_sel.metrics.stats.paired``: same seed, the same availability draw and initial
+  model; same round, the same point of training). t and p are the paired t-test's
+  (``scipy.stats.ttest_rel``, two-sided), nan with fewer than two pairs."""
+  r = stats_lib.paired(reference, other)
+  return r.mean, r.t, r.p, r.n
 
 
 def significance_rows(pair_rows: list, key_values: list, labels: list[str]) -> list[list[str]]:

@@ -199,7 +199,7 @@ def seed_from(committed: str, output_dir: str) -> list[str]:
     target = os.path.join(output_dir, os.path.relpath(source, committed))
     if os.path.exists(target) or not _complete(summary):
       continue
-    _copy_run(source, target)
+    copy_run(source, target)
     made.append(target)
   if made:
     logging.info("%d finished run(s) copied from %s into %s", len(made), committed, output_dir)
@@ -214,7 +214,7 @@ def _complete(summary_path: str) -> bool:
     return False
 
 
-def _copy_run(source: str, target: str) -> None:
+def copy_run(source: str, target: str) -> None:
   """The run's three files into ``target``, which appears whole or not at all."""
   part = f"{target}.part"
   shutil.rmtree(part, ignore_errors=True)
@@ -258,7 +258,7 @@ def collect_run(folder: str, label: str) -> None:
       with open(os.path.join(folder, "summary.json"), "rb") as b:
         if a.read() == b.read():
           return
-  _copy_run(folder, target)
+  copy_run(folder, target)
   logging.info("collected %s into %s", label, target)
   if _flag("commit", False):
     with open(os.path.join(folder, "summary.json")) as f:

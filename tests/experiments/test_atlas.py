@@ -131,13 +131,13 @@ def test_resume_reads_finished_cells_back(quick_atlas, monkeypatch):
   monkeypatch.setattr(experiment, "run_batch", no_training)
   before = read_csv(os.path.join(out, "atlas.csv"))
   mtime = os.path.getmtime(
-    os.path.join(out, "cells", "synthetic", "uniform+fedavg+idl", "seed0", "metrics.jsonl")
+    os.path.join(out, "cells", "synthetic", "uniform+fedavg+always", "seed0", "metrics.jsonl")
   )
   again = atlas.run_study(config, out, [0], resume=True)
   after = read_csv(os.path.join(out, "atlas.csv"))
   assert after == before and len(again["rows"]) == len(before)
   assert mtime == os.path.getmtime(
-    os.path.join(out, "cells", "synthetic", "uniform+fedavg+idl", "seed0", "metrics.jsonl")
+    os.path.join(out, "cells", "synthetic", "uniform+fedavg+always", "seed0", "metrics.jsonl")
   )
 
 
@@ -250,5 +250,108 @@ def test_train_false_reads_back_and_trains_nothing(quick_atlas, tmp_path, monkey
   # on an empty folder: every runnable cell is written as not finished, none is left out
   rows = atlas.run_study(report, str(tmp_path), [0])["rows"]
   assert len(rows) == len(before)
-  assert {r["status"] for r in rows} == {"not finished", "cannot run", "failed"}
+  # (idl's reference cells are always's, named, with no numbers while always's are missing)
+  assert {r["status"] for r in rows} == {"not finished", "cannot run", "failed", "same as always"}
   assert all(r["final_test_accuracy"] is None for r in rows)
+
+
+# ------------------------------------------------- same experiment, reuse, paired effects
+
+
+def test_an_availability_model_drawing_what_another_draws_is_named_not_run(quick_atlas):
+  """IDL ("ideal": every client always available, FedGS's Table 1) is always-available:
+  the atlas names it instead of spending runs on it."""
+  config, out, study, _ = quick_atlas
+  rows = read_csv(os.path.join(out, "atlas.csv"))
+  key = ("selection", "aggregator", "panel")
+  # --quick's cross: every method runs under idl, the references also under always; the
+  # references' idl cells are always's cells (not run, their numbers), the others run
+  ref_idl = [
+    r
+    for r in rows
+    if r["availability"] == "idl" and r["selection"] == "uniform" and r["aggregator"] == "fedavg"
+  ]
+  assert ref_idl and {r["status"] for r in ref_idl} == {"same as always"}
+  always = {tuple(r[k] for k in key): r for r in rows if r["availability"] == "always"}
+  for r in ref_idl:
+    twin = always[tuple(r[k] for k in key)]
+    assert r["final_test_accuracy"] == twin["final_test_accuracy"] != ""
+  assert not os.path.exists(os.path.join(out, "cells", "synthetic", "uniform+fedavg+idl"))
+  assert {r["status"] for r in rows if r["availability"] == "idl" and r["selection"] == TOY} == {
+    "ok"
+  }
+  # a model whose rates follow data size differs from always on Synthetic (sizes differ)
+  assert {r["status"] for r in rows if r["availability"] == "ldf"} == {"ok"}
+  with open(os.path.join(out, "atlas.md")) as f:
+    md = f.read()
+  assert "(= always)" in md
+  assert "- idl: same as always (every round of every seed)" in md
+
+
+def test_with_equal_client_sizes_ldf_and_mdf_are_always_available():
+  """LDF / MDF make a client's rate follow its data size; with every client holding the
+  same number of examples every rate is the same: the same draws as always-available."""
+  from fedjax_sel.core.types import ClientInfo
+
+  class Equal:
+    def client_info(self):
+      n = 30
+      return ClientInfo(np.full(n, 120, np.int32), np.full((n, 10), 12, np.int32))
+
+  config = atlas.prepare_config(atlas_config.get_config(), quick=False, rounds=20)
+  config.data.synthetic.availabilities = "always,ldf,mdf,ln"
+  same = atlas.same_availability(config, "synthetic", Equal(), [0, 1])
+  assert same == {"ldf": "always", "mdf": "always"}
+
+
+def _row(method, av, seed, acc):
+  return {
+    "dataset": "d",
+    "panel": "selection",
+    "selection": method,
+    "aggregator": "fedavg",
+    "availability": av,
+    "seed": seed,
+    "status": "ok",
+    "final_test_accuracy": acc,
+  }
+
+
+def test_paired_effects_against_the_reference_and_the_best_by_hand():
+  """Differences 2, 3, 1 points over three seeds: mean 2, sd 1, t = 2 / (1 / sqrt 3) =
+  3.464 with 2 degrees of freedom, two-sided p = 0.0742; the 95 % interval is 2 ± t_.975,2
+  (4.303) / sqrt 3 = 2 ± 2.484."""
+  ref, mine = [0.50, 0.60, 0.70], [0.52, 0.63, 0.71]
+  rows = [_row("uniform", "ln", s, a) for s, a in enumerate(ref)]
+  rows += [_row("mine", "ln", s, a) for s, a in enumerate(mine)]
+  rows += [_row("worse", "ln", s, a - 0.10) for s, a in enumerate(ref)]  # 10 points below
+  header, table = atlas.effect_table(rows, "d", "selection", "reference", "uniform")
+  assert header == ["availability", "uniform", "mine", "worse"]
+  assert table[0][:3] == ["ln", "—", "+2.00 [-0.48, +4.48] p=0.074"]
+  assert table[0][3] == "-10.00 [-10.00, -10.00] p=0.000 *"  # no spread: scipy's limit
+  header, table = atlas.effect_table(rows, "d", "selection", "best", "uniform")
+  assert table[0][0] == "ln (best: mine)"
+  assert table[0][1] == "-2.00 [-4.48, +0.48] p=0.074"
+  assert table[0][2] == "—"
+
+
+def test_reuse_takes_every_matching_run_and_refuses_other_settings(quick_atlas, tmp_path):
+  config, out, _, _ = quick_atlas
+  trained = []
+  run_batch = atlas.common.experiment.run_batch
+
+  def spy(configs, dirs, **kwargs):
+    trained.extend(dirs)
+    return run_batch(configs, dirs, **kwargs)
+
+  again = str(tmp_path / "again")
+  try:
+    atlas.common.experiment.run_batch = spy
+    atlas.run_study(config, again, [0], reuse=(out,))
+  finally:
+    atlas.common.experiment.run_batch = run_batch
+  assert trained == []  # every runnable cell was taken from the first atlas
+  assert read_csv(os.path.join(again, "atlas.csv")) == read_csv(os.path.join(out, "atlas.csv"))
+  other = atlas.prepare_config(atlas_config.get_config(), quick=True, rounds=6)
+  with pytest.raises(experiment.ConfigError, match=r"rounds: 4 there, 6 here"):
+    atlas.run_study(other, str(tmp_path / "other"), [0], reuse=(out,))
