@@ -80,6 +80,11 @@ class SelectionContext(NamedTuple):
     client_test_losses: ``fn(client_ids: i32[K]) -> f32[K]``, the global model's mean loss
       on each listed client's whole local test split (the FedGS authors' Power-of-Choice
       asks for the loss on the clients' validation data); None where not provided.
+    eval_values: ``fn(stacked_params) -> f32[K]``, ``eval_value`` of each of K models
+      stacked on a leading axis, as many at once as the cohort engine trains clients at
+      once (vmapped, or one at a time for CNNs on CPU, where vmapping K models' convolutions
+      is slower than K evaluations); only traced when called. None where not provided
+      (``selection.common.local_model_values`` then vmaps ``eval_value``).
   """
 
   params: Params
@@ -92,6 +97,7 @@ class SelectionContext(NamedTuple):
   eval_value: Callable[[Params], Array]
   round: Array
   client_test_losses: Callable[[Array], Array] | None = None
+  eval_values: Callable[[Params], Array] | None = None
 
 
 class AvailabilityModel(NamedTuple):

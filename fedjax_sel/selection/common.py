@@ -206,9 +206,10 @@ def local_model_values(ctx: SelectionContext, deltas: PyTree) -> Array:
   """f32[M], ``ctx.eval_value`` of every slot's locally trained model ``params + delta_m``.
 
   On demand: only a strategy's ``observe`` that calls it pays for it (M evaluations of the
-  server's validation set, the global test set in our experiments, vmapped over the cohort
-  inside the jitted round). Invalid slots are evaluated too (their deltas are 0: the global
-  model); mask them with the Selection's ``valid``.
+  server's validation set, the global test set in our experiments, inside the jitted round:
+  ``ctx.eval_values``, as wide as the cohort engine, or ``ctx.eval_value`` vmapped over the
+  cohort where the context has no ``eval_values``). Invalid slots are evaluated too (their
+  deltas are 0: the global model); mask them with the Selection's ``valid``.
 
   Args:
     ctx: the round's SelectionContext (``params`` are the global parameters the cohort
@@ -216,4 +217,5 @@ def local_model_values(ctx: SelectionContext, deltas: PyTree) -> Array:
     deltas: pytree of [M, ...], each slot's local params minus ``ctx.params``.
   """
   local = jax.tree_util.tree_map(lambda g, d: g[None] + d, ctx.params, deltas)
-  return jax.vmap(ctx.eval_value)(local).astype(jnp.float32)
+  values = jax.vmap(ctx.eval_value) if ctx.eval_values is None else ctx.eval_values
+  return jnp.asarray(values(local), jnp.float32)

@@ -382,8 +382,8 @@ def test_accuracy_weighted_picks_never_tested_clients_first():
 def test_accuracy_weighted_in_a_simulation_measures_the_cohorts_local_models():
   """In the round loop: after one round the cohort's a_i are 100 x the global test accuracy
   of their local models (the same numbers as ``Simulation.global_eval`` of params +
-  delta), the others keep their start (< 1.8); the context's ``eval_value`` vmapped over
-  the cohort gives the one-by-one values."""
+  delta), the others keep their start (< 1.8); the context's ``eval_values`` (and its
+  fallback, ``eval_value`` vmapped) give the one-by-one values."""
   data = synthetic(0.5, 0.5, 20, recipe="fedgs")
   model = models.make("logreg", data.input_shape, data.num_classes)
   strategy = _acc_weighted(3)
@@ -414,6 +414,9 @@ def test_accuracy_weighted_in_a_simulation_measures_the_cohorts_local_models():
     lambda p: jnp.stack([0.05 * (i + 1) * jnp.ones_like(p) for i in range(3)]), state.params
   )
   got = np.asarray(jax.jit(lambda d: common.local_model_values(ctx, d))(deltas))
+  vmapped = ctx._replace(eval_values=None)  # the fallback: ctx.eval_value vmapped
+  again = np.asarray(jax.jit(lambda d: common.local_model_values(vmapped, d))(deltas))
+  np.testing.assert_allclose(again, got, rtol=1e-6)
   for i in range(3):
     local = jax.tree_util.tree_map(lambda p, d, i=i: p + d[i], state.params, deltas)
     np.testing.assert_allclose(got[i], float(sim.global_eval(local)[1]), rtol=1e-6)
