@@ -52,7 +52,13 @@ def _run(args, cwd, check=True):
 def page_dir(tmp_path_factory):
   folder = tmp_path_factory.mktemp("extending")
   files = _files()
-  assert set(files) == {"my_methods.py", "check_my_methods.py", "simulate.py", "my_run.py"}
+  assert set(files) == {
+    "my_methods.py",
+    "check_my_methods.py",
+    "simulate.py",
+    "my_run.py",
+    "my_strategy.py",
+  }
   for name, code in files.items():
     (folder / name).write_text(code)
   return folder
@@ -89,3 +95,47 @@ def test_command_line_runs_the_methods_and_refuses_a_bad_value(page_dir):
   proc = _run(bad + ["--selection_temperature=0"], page_dir, check=False)
   assert proc.returncode == 2, proc.stderr
   assert "error: temperature=0 is out of range; allowed: (0.0, inf]" in proc.stderr + proc.stdout
+
+
+def _csv(path):
+  import csv
+
+  with open(path) as f:
+    return list(csv.DictReader(f))
+
+
+def test_the_atlas_command_ranks_the_strategy_running_only_its_own_cells(page_dir):
+  """The page's atlas command at --quick size on the built-in Synthetic data: a committed
+  grid stands in for results/atlas/fashion_mnist (a --quick selection panel), and the
+  command reuses all of it, training only fewest_picks's cells."""
+  (command,) = [b for b in _blocks("bash") if "experiments.atlas" in b]
+  args = shlex.split(command.replace("\\\n", " "))
+  assert args[:3] == ["python", "-m", "experiments.atlas"]
+  assert "--import=my_strategy.py" in args and "--config.panels=selection" in args
+  assert "--reuse=results/atlas/fashion_mnist" in args
+  base = page_dir / "atlas_base"
+  _run(
+    ["-m", "experiments.atlas", "--quick", "--config.panels=selection", f"--output_dir={base}"],
+    page_dir,
+  )
+  quick = [
+    a
+    for a in args[1:]
+    if not a.startswith(("--config.datasets", "--data_dir", "--reuse", "--output_dir"))
+  ]
+  out = page_dir / "atlas_mine"
+  _run(quick + ["--quick", f"--reuse={base}", f"--output_dir={out}"], page_dir)
+  rows = _csv(out / "atlas.csv")
+  mine = [r for r in rows if r["selection"] == "fewest_picks"]
+  assert mine and {r["status"] for r in mine} == {"ok"}
+  # every other run is the committed one, byte for byte (reused, not trained again)
+  for r in rows:
+    if r["selection"] == "fewest_picks" or r["status"] != "ok":
+      continue
+    cell = f"{r['selection']}+{r['aggregator']}+{r['availability']}"
+    rel = os.path.join("cells", r["dataset"], cell, f"seed{r['seed']}", "metrics.jsonl")
+    with open(base / rel, "rb") as a, open(out / rel, "rb") as b:
+      assert a.read() == b.read(), rel
+  with open(out / "atlas.md") as f:
+    md = f.read()
+  assert "fewest_picks" in md and "minus uniform's (points), paired by seed" in md
