@@ -542,6 +542,19 @@ def _stats(rows: list[dict], key: str, rounds: int) -> tuple[float, float, int] 
   return float(np.mean(values)), float(np.std(values)), never
 
 
+def _panel(rows: list[dict], dataset: str, panel: str):
+  """A panel's rows, the name its methods go by, its methods and availability models in
+  order: ``(rows, "selection" | "aggregator", methods, availabilities)``."""
+  mine = [r for r in rows if r["dataset"] == dataset and r["panel"] == panel]
+  method_key = "selection" if panel == "selection" else "aggregator"
+  methods = list(dict.fromkeys(r[method_key] for r in mine))
+  return mine, method_key, methods, list(dict.fromkeys(r["availability"] for r in mine))
+
+
+def _same_row(av: str, same: str, methods: list) -> list[str]:
+  return [av, f"same as {same} here"] + [""] * (len(methods) - 1)
+
+
 def _same_as(rows: list[dict]) -> str:
   """The model an availability row's cells are the same experiment as ("" if none)."""
   status = {r["status"] for r in rows}
@@ -568,16 +581,13 @@ def effect_table(
   minus the panel's reference (``against="reference"``) or minus the row's best by mean
   (``"best"``), paired by seed: mean [95 % interval] p, ``*`` where p < 0.05
   (``fedjax_sel.metrics.stats.paired``)."""
-  mine = [r for r in rows if r["dataset"] == dataset and r["panel"] == panel]
-  method_key = "selection" if panel == "selection" else "aggregator"
-  methods = list(dict.fromkeys(r[method_key] for r in mine))
-  avails = list(dict.fromkeys(r["availability"] for r in mine))
+  mine, method_key, methods, avails = _panel(rows, dataset, panel)
   table = []
   for av in avails:
     here = [r for r in mine if r["availability"] == av]
     same = _same_as(here)
     if same:
-      table.append([av, f"same as {same} here"] + [""] * (len(methods) - 1))
+      table.append(_same_row(av, same, methods))
       continue
     acc = {m: _by_seed([r for r in here if r[method_key] == m]) for m in methods}
     means = {m: float(np.mean(list(v.values()))) for m, v in acc.items() if v}
@@ -629,15 +639,12 @@ def panel_table(
   """The Markdown table of one panel and metric: availability models as rows, methods as
   columns; each cell mean ± std (rank), the row's winner bold, its ties marked ≈."""
   key, _, higher, scale, digits = metric
-  mine = [r for r in rows if r["dataset"] == dataset and r["panel"] == panel]
-  method_key = "selection" if panel == "selection" else "aggregator"
-  methods = list(dict.fromkeys(r[method_key] for r in mine))
-  avails = list(dict.fromkeys(r["availability"] for r in mine))
+  mine, method_key, methods, avails = _panel(rows, dataset, panel)
   table = []
   for av in avails:
     same = _same_as([r for r in mine if r["availability"] == av])
     if same:
-      table.append([av, f"same as {same} here"] + [""] * (len(methods) - 1))
+      table.append(_same_row(av, same, methods))
       continue
     stats = {}
     for m in methods:
@@ -749,11 +756,8 @@ def plot_heatmap(
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
 
-  method_key = "selection" if panel == "selection" else "aggregator"
   reference = config.reference_selection if panel == "selection" else config.reference_aggregator
-  mine = [r for r in rows if r["dataset"] == dataset and r["panel"] == panel]
-  methods = list(dict.fromkeys(r[method_key] for r in mine))
-  every = list(dict.fromkeys(r["availability"] for r in mine))
+  mine, method_key, methods, every = _panel(rows, dataset, panel)
   same = {av: _same_as([r for r in mine if r["availability"] == av]) for av in every}
   avails = [av for av in every if not same[av]]
   rounds = int(config.data[dataset].base.rounds)
