@@ -407,6 +407,8 @@ def run_cells(
     noted.append(grid.Run(name, seed, folder, int(c.rounds), summary if resume else None))
     if resume and summary is not None:
       out[name][i] = (summary, results.read_jsonl(os.path.join(folder, "metrics.jsonl")))
+      if not grid.planning():
+        grid.collect_run(folder, f"{name} seed {seed}")  # finished earlier, not yet kept
       continue
     dataset = dataset_fn(c) if dataset_fn is not None else None
     todo.append((name, i, c, folder, dataset))

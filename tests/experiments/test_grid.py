@@ -340,3 +340,20 @@ def test_a_lane_killed_with_kill9_is_reported_and_the_rerun_finishes_its_run(tmp
   )
   assert alone.returncode == 0
   assert _numbers(victim) == _numbers(ref / "cells" / "synthetic-idl-uniform" / "seed0")
+
+
+def test_collect_keeps_a_run_that_finished_before_the_command(tmp_path):
+  """A run finished by an earlier command without --collect is kept by the next command
+  with --collect, read back, not trained again."""
+  out, collect = tmp_path / "runs", tmp_path / "results"
+  args = ["--modes=idl", "--methods=uniform", "--seeds=0", f"--output_dir={out}"]
+  assert _study(*args).returncode == 0
+  metrics = out / "cells" / "synthetic-idl-uniform" / "seed0" / "metrics.jsonl"
+  before = metrics.stat().st_mtime_ns
+  got = _study(*args, f"--collect={collect}")
+  assert got.returncode == 0, got.stderr[-2000:]
+  assert metrics.stat().st_mtime_ns == before  # read back, not trained
+  kept = collect / "cells" / "synthetic-idl-uniform" / "seed0"
+  assert sorted(os.listdir(kept)) == ["config.json", "metrics.jsonl", "summary.json"]
+  assert (kept / "metrics.jsonl").read_bytes() == metrics.read_bytes()
+  assert (collect / "table2.md").exists()
