@@ -337,9 +337,25 @@ def note(runs: list[Run]) -> None:
     raise PlanReady()
 
 
+def _own_seconds(finished: list[Run]) -> dict[int, float]:
+  """Each finished run's seconds per round on its own: runs that ran as one program share
+  its wall time (the same ``seconds`` in their summaries), so it is divided among them."""
+  shared: dict = {}
+  for r in finished:
+    shared.setdefault(r.summary.get("seconds"), []).append(r)
+  out = {}
+  for seconds, group in shared.items():
+    for r in group:
+      spr = r.summary.get("seconds_per_round")
+      if spr:
+        out[id(r)] = float(spr) / (len(group) if seconds else 1)
+  return out
+
+
 def seconds_per_round(run: Run, finished: list[Run]) -> tuple[float | None, str]:
   """The measured seconds per round for ``run``: its own records (a checkpointed run),
-  else the same cell's finished seeds, else the median of every finished run."""
+  else the same cell's finished seeds, else the median of every finished run (a program's
+  wall time divided among the runs it held, ``_own_seconds``)."""
   try:
     own = results.read_jsonl(os.path.join(run.folder, "metrics.jsonl"))
   except (OSError, ValueError):
@@ -347,13 +363,11 @@ def seconds_per_round(run: Run, finished: list[Run]) -> tuple[float | None, str]
   own = [r for r in own if r.get("seconds") and r.get("round")]
   if own:
     return float(own[-1]["seconds"]) / float(own[-1]["round"]), "its own rounds"
-  same = [r.summary["seconds_per_round"] for r in finished if r.name == run.name]
-  same = [s for s in same if s]
+  own = _own_seconds(finished)
+  same = [own[id(r)] for r in finished if r.name == run.name and id(r) in own]
   if same:
     return sum(same) / len(same), "the cell's finished seeds"
-  every = sorted(
-    r.summary["seconds_per_round"] for r in finished if r.summary.get("seconds_per_round")
-  )
+  every = sorted(own.values())
   if every:
     return every[len(every) // 2], "median of the finished runs"
   return None, "unknown: no finished run to measure from"
@@ -380,6 +394,7 @@ def plan_text(runs: list[Run], lanes: int = 1, collect: str = "") -> str:
       done = (checkpoint.latest_round(r.folder) or 0) if os.path.isdir(r.folder) else 0
     except OSError:
       done = 0
+    label = os.path.relpath(os.path.dirname(r.folder), os.path.join(root_of(r.folder), "cells"))
     state = f"checkpoint at round {done} of {r.rounds}" if done else "to run"
     owner = ownership.owner_of(r.folder) if os.path.isdir(r.folder) else None
     if owner is not None:
@@ -387,11 +402,11 @@ def plan_text(runs: list[Run], lanes: int = 1, collect: str = "") -> str:
     spr, source = seconds_per_round(r, finished)
     if spr is None:
       unknown += 1
-      rows.append([r.name, str(r.seed), state, source, "?"])
+      rows.append([label, str(r.seed), state, source, "?"])
       continue
     left = (r.rounds - done) * spr
     seconds_left += left
-    rows.append([r.name, str(r.seed), state, f"{spr:.2f} ({source})", f"{left / 3600:.2f}"])
+    rows.append([label, str(r.seed), state, f"{spr:.2f} ({source})", f"{left / 3600:.2f}"])
   header = ["cell", "seed", "state", "s/round", "hours left"]
   lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
   lines += ["| " + " | ".join(row) + " |" for row in rows]

@@ -43,6 +43,14 @@ STUDIES = {
   "fig4_baselines": (FOUR, ("random", "tifl", "fedfast", "fedprox"), ()),
   # TiFL's spread over seeds with exclusive Mavericks (--seeds=0,1,2): .../fig4
   "fig4_tifl": (("2_excl", "3_excl"), ("random", "tifl"), ()),
+  # TiFL and FedFast as the FedEMD authors' released code runs them (baselines="authors": cells
+  # <scenario>_<method>_authors) beside Random's committed cells (--seed_from=.../table1, fig4)
+  "table1_authors": (ONE, ("random", "tifl", "fedfast"), (("baselines", "authors"),)),
+  "fig4_authors": (
+    ("2_excl", "3_excl"),
+    ("random", "tifl", "fedfast"),
+    (("baselines", "authors"),),
+  ),
   # the authors' per-participation StepLR: .../text_reading_lr_per_participation/{table1,fig4}
   "text_pp_table1": (
     ONE,
