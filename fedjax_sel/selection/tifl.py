@@ -89,8 +89,9 @@ It has no tiers, credits or interval (``num_tiers``, ``credits``, ``interval``, 
   FedAvg's as for the tiers.
 
 Cost: ``observe`` evaluates M models on the global test set every round, M global
-evaluations (FedEMD's cell, cnn_mnist on 2 CPU cores: about M x 4 s a round against Random's
-round of about 18 s; notes of issue 69); the draw itself is a top-k.
+evaluations (FedEMD's cell, cnn_mnist on Fashion-MNIST, 2 loaded CPU cores: 21.1 s for M = 5
+against 4.1 s for one evaluation; the whole round 2.3x Random's); the draw itself is a top-k,
+as cheap as Random's.
 """
 
 from __future__ import annotations
