@@ -301,11 +301,7 @@ def reuse_cells(source: str, dataset: str, runnable: dict, folder: dict, seeds: 
       with open(os.path.join(src, "config.json")) as f:
         saved = json.load(f).get("config", {})
       mine = common.seed_config(cfg, s, True).to_dict()
-      diff = [
-        f"{k}: {saved.get(k)!r} there, {mine.get(k)!r} here"
-        for k in sorted(set(saved) | set(mine))
-        if k not in REUSE_FREE and saved.get(k) != mine.get(k)
-      ]
+      diff = experiment.config_differences(saved, mine, REUSE_FREE)
       if diff:
         raise experiment.ConfigError(
           f"--reuse={source}: {cname} seed {s} ran under other shared settings "
@@ -441,8 +437,8 @@ def run_dataset(
       )
       for c in members:
         out[c]["runs"] = runs[c]
-    except (experiment.Interrupted, KeyboardInterrupt):
-      raise
+    except (experiment.Interrupted, KeyboardInterrupt, experiment.ConfigError):
+      raise  # a stop, or a user error (a folder holding another config's run): not a cell's
     except Exception as e:  # a broken component or a diverged run: mark, keep the grid going
       status = "diverged" if isinstance(e, experiment.NonFiniteModelError) else "failed"
       reason = f"{type(e).__name__}: {experiment.one_line(e)}"

@@ -403,7 +403,7 @@ def run_cells(
       c.tensorboard = True
     folder = os.path.join(output_dir, f"seed{seed}")
     grid.start(folder)
-    summary = grid.read_finished(folder, c.rounds, c.get("half_precision", False))
+    summary = grid.read_finished(folder, c.rounds, c.get("half_precision", False), c.to_dict())
     noted.append(grid.Run(name, seed, folder, int(c.rounds), summary if resume else None))
     if resume and summary is not None:
       out[name][i] = (summary, results.read_jsonl(os.path.join(folder, "metrics.jsonl")))

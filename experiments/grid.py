@@ -39,6 +39,7 @@ import time
 
 from absl import flags, logging
 
+from fedjax_sel import experiment
 from fedjax_sel.experiment import ownership
 from fedjax_sel.metrics import results
 
@@ -149,8 +150,31 @@ class Run:
     return self.summary is not None
 
 
-def read_finished(folder: str, rounds: int, half_precision: bool = False) -> dict | None:
-  """The run's summary if it finished ``rounds`` rounds at this precision, else None."""
+# fields a finished run may differ in from the config that reads it back (paths, resuming and
+# reporting switches: experiment.RESUMABLE_CHANGES, and the data folder)
+READ_BACK_FREE = (
+  "rounds",
+  "eval_every",
+  "checkpoint_every",
+  "output_dir",
+  "resume",
+  "tensorboard",
+  "global_train_loss",
+  "client_accuracy",
+  "data_dir",
+)
+
+
+def read_finished(
+  folder: str, rounds: int, half_precision: bool = False, config: dict | None = None
+) -> dict | None:
+  """The run's summary if it finished ``rounds`` rounds at this precision, else None.
+
+  Raises:
+    experiment.ConfigError: with ``config``, a finished run whose config.json differs from
+      it (never read back as this config's run, never trained over): one line naming the
+      folder and the fields.
+  """
   path = os.path.join(folder, "summary.json")
   try:
     with open(path) as f:
@@ -158,9 +182,22 @@ def read_finished(folder: str, rounds: int, half_precision: bool = False) -> dic
   except (OSError, json.JSONDecodeError):
     return None
   same_precision = summary.get("half_precision", False) == bool(half_precision)
-  if summary.get("complete") and summary.get("rounds") == rounds and same_precision:
-    return summary
-  return None
+  if not (summary.get("complete") and summary.get("rounds") == rounds and same_precision):
+    return None
+  if config is not None:
+    try:
+      with open(os.path.join(folder, "config.json")) as f:
+        saved = json.load(f).get("config")
+    except (OSError, json.JSONDecodeError):
+      saved = None
+    diff = experiment.config_differences(saved, config, READ_BACK_FREE) if saved else []
+    if diff:
+      raise experiment.ConfigError(
+        f"{folder} finished under another config ({'; '.join(diff[:6])}"
+        f"{'; ...' if len(diff) > 6 else ''}); allowed: another --output_dir (and --collect "
+        "folder) for this config, or the config it ran with"
+      )
+  return summary
 
 
 def root_of(folder: str) -> str:
@@ -177,6 +214,7 @@ def root_of(folder: str) -> str:
 _SEEDED: set[str] = set()
 _ROOTS: list[str] = []
 _GIT = threading.Lock()
+_SEEDING = threading.Lock()
 
 
 def seed_from(committed: str, output_dir: str) -> list[str]:
@@ -233,14 +271,15 @@ def start(folder: str) -> None:
   """Before a study's runs are looked at: with ``--collect``, its committed runs are copied
   into the study's output folder (once per folder)."""
   root = root_of(folder)
-  if root not in _ROOTS:
-    _ROOTS.append(root)
-  if root not in _SEEDED:
-    _SEEDED.add(root)
-    collect = _flag("collect", "")
-    for folder in ([collect] if collect else []) + seed_folders():
-      if os.path.abspath(folder) != os.path.abspath(root):
-        seed_from(folder, root)
+  with _SEEDING:  # the atlas's programs start in threads: none reads before the copy ends
+    if root not in _ROOTS:
+      _ROOTS.append(root)
+    if root not in _SEEDED:
+      collect = _flag("collect", "")
+      for source in ([collect] if collect else []) + seed_folders():
+        if os.path.abspath(source) != os.path.abspath(root):
+          seed_from(source, root)
+      _SEEDED.add(root)
 
 
 def collect_run(folder: str, label: str) -> None:

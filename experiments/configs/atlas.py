@@ -64,6 +64,12 @@ def fashion_mnist_base() -> ml_collections.ConfigDict:
   c.dataset = "fashion_mnist"
   c.partition = "shards"
   c.labels_per_client = 2
+  # client sizes ~ lognormal(0, 1) (all 60,000 images, two classes each): availability that
+  # follows data size (LDF, MDF) differs from always-available only when sizes differ; the
+  # earlier equal-size grid is results/atlas/fashion_mnist/ (--config.data.fashion_mnist.base.
+  # partition_sizes='' reads it back)
+  c.partition_sizes = "lognormal"
+  c.partition_sigma = 1.0
   c.test_fraction = 0.2
   c.model = "mlp"
   c.mlp_hidden = 200
@@ -97,7 +103,9 @@ def get_config() -> ml_collections.ConfigDict:
   c.data = ml_collections.ConfigDict()
   # targets: about 90 % of uniform/FedAvg's final accuracy (BUILD_NOTES section 10)
   c.data.synthetic = _dataset("Synthetic(0.5, 0.5), FedGS instance, logreg", synthetic_base(), 0.8)
-  c.data.fashion_mnist = _dataset("Fashion-MNIST, 2 classes/client, MLP", fashion_mnist_base(), 0.6)
+  c.data.fashion_mnist = _dataset(
+    "Fashion-MNIST, 2 classes/client, lognormal sizes, MLP", fashion_mnist_base(), 0.6
+  )
   # The Fashion-MNIST grid, sized to about three hours on 2 CPU cores (docs/atlas.md): the
   # seven models whose rounds share one program (fixed per-client rates drawn at init, and
   # always-on), persistent absences (markov) and label-correlated cycles (yc).

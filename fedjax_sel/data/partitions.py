@@ -52,7 +52,7 @@ _SIZE_HPARAMS = ("sizes", "sigma", "min_size", "groups")
 PARTITION_HPARAMS = {
   "iid": _SIZE_HPARAMS,
   "dirichlet": ("alpha",) + _SIZE_HPARAMS,
-  "shards": ("labels_per_client", "client_order"),
+  "shards": ("labels_per_client", "client_order") + _SIZE_HPARAMS,
   "lognormal": ("sigma", "min_size"),
   "size_groups": ("groups",),
   "clustered": ("num_groups",),
@@ -312,6 +312,7 @@ def shards(
   labels_per_client: int,
   rng: np.random.Generator,
   client_order: str = "random",
+  sizes: Sequence[int] | np.ndarray | None = None,
 ) -> list[np.ndarray]:
   """Exactly ``labels_per_client`` distinct labels per client (k = 1: one class each).
 
@@ -327,12 +328,19 @@ def shards(
   k = 1, 10 classes and 100 clients, clients 10d..10d+9 hold class d, as in Fraboni et al.'s
   one-class MNIST data, where Algorithm 1's id-ordered distributions then hold one class each.
 
+  With ``sizes`` (N target sizes, e.g. ``resolve_sizes("lognormal", ...)``), each class's
+  examples are split among the clients holding it in proportion to their target sizes
+  instead of equally (every holder keeps at least one), so clients hold k labels each and
+  differ in size: a quantity skew on top of the label skew, for availability that follows
+  data size (FedGS's LDF / MDF). Without it the draw is exactly the equal split's.
+
   Args:
     labels: i32[n] pool labels with C distinct values.
     num_clients: N >= 1.
     labels_per_client: k in [1, C].
     rng: numpy generator.
     client_order: ``"random"`` (ids as drawn) or ``"by_label"`` (ids sorted by label set).
+    sizes: None (equal split of each class) or N positive target sizes (relative weights).
 
   Returns:
     N index arrays, each with exactly k distinct labels.
@@ -347,6 +355,14 @@ def shards(
   k = _check_int("labels_per_client", labels_per_client, 1, num_classes)
   if not isinstance(client_order, str) or client_order not in CLIENT_ORDERS:
     raise ValueError(f"client_order={client_order!r}; allowed: {', '.join(CLIENT_ORDERS)}")
+  weights = None
+  if sizes is not None:
+    weights = np.asarray(sizes, np.float64)
+    if weights.shape != (num_clients,) or not np.all(np.isfinite(weights)) or np.any(weights <= 0):
+      raise ValueError(
+        f"sizes has shape {weights.shape} or non-positive values; allowed: {num_clients} "
+        "positive target sizes"
+      )
   slots = num_clients * k
   free = np.full(num_classes, slots // num_classes, np.int64)
   free[rng.permutation(num_classes)[: slots % num_classes]] += 1
@@ -366,9 +382,14 @@ def shards(
         f"{classes[c]} has {len(members)} examples for {len(holders[c])} clients; "
         "allowed: every class needs at least one example per client holding it"
       )
-    for client, chunk in zip(
-      holders[c], np.array_split(rng.permutation(members), len(holders[c])), strict=True
-    ):
+    shuffled = rng.permutation(members)
+    if weights is None:
+      chunks = np.array_split(shuffled, len(holders[c]))
+    else:  # in proportion to the holders' target sizes, at least one example each
+      w = weights[holders[c]]
+      extra = round_preserving_sum(w / w.sum() * (len(members) - len(w)), len(members) - len(w))
+      chunks = np.split(shuffled, np.cumsum(extra + 1)[:-1])
+    for client, chunk in zip(holders[c], chunks, strict=True):
       parts[client].append(chunk)
   out = [rng.permutation(np.concatenate(p)).astype(np.int64) for p in parts]
   if client_order == "by_label":  # after every draw: the same clients, renumbered
@@ -505,7 +526,10 @@ def make_partition(
     return Partition(dirichlet(labels, num_clients, hparams.get("alpha", 0.5), rng, sizes))
   if name == "shards":
     k, order = hparams.get("labels_per_client", 2), hparams.get("client_order", "random")
-    return Partition(shards(labels, num_clients, k, rng, order))
+    sizes = hparams.get("sizes")
+    if sizes is not None:  # None (the default) leaves the equal split's draw as it was
+      sizes = resolve_sizes(sizes, n, num_clients, rng, **size_kw)
+    return Partition(shards(labels, num_clients, k, rng, order, sizes))
   if name == "lognormal":
     sizes = resolve_sizes("lognormal", n, num_clients, rng, **size_kw)
     return Partition(iid(labels, num_clients, rng, sizes))

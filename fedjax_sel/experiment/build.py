@@ -34,6 +34,9 @@ def load_data(c: ml_collections.ConfigDict) -> data.FederatedData:
     elif partition == "easyfl_quantity":
       kwargs["labels_per_client"] = c.labels_per_client
       kwargs["rule"] = c.get("label_rule", "least_used")
+    if c.get("partition_sizes", "") and partition in ("iid", "dirichlet", "shards"):
+      kwargs["sizes"] = c.partition_sizes
+      kwargs["sigma"] = c.get("partition_sigma", 1.0)
     kwargs["test_fraction"] = c.test_fraction
     if c.get("input_normalization", "unit") != "unit":
       kwargs["input_normalization"] = c.input_normalization

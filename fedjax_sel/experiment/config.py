@@ -79,6 +79,10 @@ def default_config() -> ml_collections.ConfigDict:
   c.synthetic_recipe = "fedprox"  # or "fedgs": the FedGS paper's exact instance
   c.partition_alpha = 0.5  # Dirichlet concentration
   c.labels_per_client = 2  # shards partition
+  # client sizes of the iid, dirichlet and shards partitions: "" (equal), "lognormal" (sizes
+  # ~ lognormal(0, partition_sigma), all examples used) or "size_groups"
+  c.partition_sizes = ""
+  c.partition_sigma = 1.0
   c.num_groups = 5  # clustered partition
   c.test_fraction = 0.2
   # easyfl_quantity partition (FedGS's Fashion-MNIST task): how labels are drawn,
@@ -178,6 +182,15 @@ def validate_config(c: ml_collections.ConfigDict) -> None:
   check_range("synthetic_alpha", c.synthetic_alpha, 0.0)
   check_range("synthetic_beta", c.synthetic_beta, 0.0)
   check_range("partition_alpha", c.partition_alpha, 0.0, low_inclusive=False)
+  sizes = c.get("partition_sizes", "")
+  if sizes:
+    _name("partition_sizes", sizes, list(data.partitions.SIZE_SCHEMES))
+    if c.partition not in ("iid", "dirichlet", "shards"):
+      raise ValueError(
+        f"partition_sizes={sizes!r} with partition={c.partition!r}; allowed with iid, "
+        "dirichlet or shards (the other partitions set their own sizes)"
+      )
+  check_range("partition_sigma", c.get("partition_sigma", 1.0), 0.0, low_inclusive=False)
   check_range("test_fraction", c.test_fraction, 0.0, 1.0, high_inclusive=False)
   for name in ("client_lr", "server_lr", "synthetic_alpha", "synthetic_beta", "partition_alpha"):
     if not np.isfinite(float(c[name])):
@@ -280,6 +293,20 @@ def _fingerprint(c: ml_collections.ConfigDict) -> dict:
   """The config fields a checkpoint must agree with, as JSON-able values."""
   cfg = json.loads(results.dumps_line(c.to_dict()))
   return {k: v for k, v in cfg.items() if k not in RESUMABLE_CHANGES}
+
+
+def config_differences(saved: dict, now: dict, ignore: tuple[str, ...] = ()) -> list[str]:
+  """``"field: saved there, now here"`` for each field in which a run's saved config
+  (``config.json``'s ``config``) differs from ``now``; a field missing from an older file
+  ran with that field's default."""
+  defaults = json.loads(results.dumps_line(default_config().to_dict()))
+  saved = json.loads(results.dumps_line(saved))
+  now = json.loads(results.dumps_line(now))
+  return [
+    f"{k}: {saved.get(k, defaults.get(k))!r} there, {now.get(k, defaults.get(k))!r} here"
+    for k in sorted(set(saved) | set(now))
+    if k not in ignore and saved.get(k, defaults.get(k)) != now.get(k, defaults.get(k))
+  ]
 
 
 def _check_same_config(saved: dict | None, now: dict, output_dir: str) -> None:
