@@ -3,6 +3,9 @@ r"""FedEMD Table 2: the federator's computation per round of each method, relati
   python -m benchmarks.fedemd_overhead --json --data_dir=/usr/share/datasets/fashion-mnist \
     --cpu_devices=2 --rounds=6                      # Table 1's set-up (one exclusive Maverick)
   python -m benchmarks.fedemd_overhead --json --quick   # digits + MLP, 2 rounds (smoke test)
+  python -m benchmarks.fedemd_overhead --json --data_dir=/usr/share/datasets/fashion-mnist \
+    --cpu_devices=2 --rounds=5 --select_repeats=5 --methods=random,tifl,fedfast \
+    --baselines=papers,authors    # TiFL, FedFast as the papers and as the authors' code read them
 
 The methods run side by side in one process on the FedEMD study's Table 1 cell (50 clients,
 5 a round, FedAvg, one exclusive Maverick owning 'Trouser'), each with its own
@@ -20,6 +23,13 @@ falls on all alike. Two measures per method, both as ratios to Random's (``unifo
 * ``select_s``: the median seconds of the selection step alone (``selection.select`` jitted
   on the state after the warm-up round), the federator's own decision; ``observe`` (SVB)
   runs inside the round and is not in it.
+
+TiFL and FedFast have two readings (``experiments/fedemd.py --config.baselines``): the
+papers' (default) and the authors' released code's (issue 69). ``--baselines=papers,authors``
+runs each of them under both, as variants ``tifl`` / ``tifl/authors`` (a ``--methods`` entry
+may also name ``tifl/authors`` itself). With ``tifl/authors`` the record also holds
+``tifl_authors_measurement_s``: its per-round measurement alone (``common.local_model_values``,
+the cohort's M local models on the global test set) against one global evaluation.
 
 Prints one JSON object (``--json``) with the machine, the per-method seconds and the ratios.
 
@@ -42,6 +52,14 @@ from benchmarks import _common as C
 
 METHODS = ("random", "tifl", "fedfast", "fedprox", "fedemd", "shapley")
 PAPER = {"random": 1.0, "tifl": 2.4, "fedfast": 1.76, "fedprox": 1.56, "fedemd": 1.04}
+BASELINES = ("papers", "authors")
+TWO_READINGS = ("tifl", "fedfast")  # the methods whose reading --baselines picks
+
+
+def split_variant(variant: str) -> tuple[str, str]:
+  """``"tifl/authors"`` -> ``("tifl", "authors")``; a plain name is the papers' reading."""
+  method, _, baselines = variant.partition("/")
+  return method, baselines or "papers"
 
 
 def build(method: str, config, dataset):
@@ -49,6 +67,9 @@ def build(method: str, config, dataset):
   from experiments import fedemd
   from fedjax_sel import experiment
 
+  method, baselines = split_variant(method)
+  config = config.copy_and_resolve_references()
+  config.baselines = baselines
   cfg = fedemd.cell_config(config, method)
   cfg.seed = 0
   sim, _ = experiment.build(cfg, dataset)
@@ -70,6 +91,24 @@ def select_fn(sim, state):
     return sim.selection.select(st.selection_state, key, avail, st.round, ctx)[0].cohort
 
   return lambda: select(state)
+
+
+def tifl_authors_measurement(sim, state, repeats: int) -> dict:
+  """The authors' TiFL's per-round measurement alone (the cohort's M local models on the
+  global test set, ``common.local_model_values``) against one global evaluation (seconds)."""
+  from fedjax_sel.selection import common
+
+  jnp = jax.numpy
+  probs = jnp.ones((sim.num_clients,), jnp.float32)
+  m = sim.selection.num_selected
+  deltas = jax.tree_util.tree_map(lambda p: jnp.zeros((m,) + p.shape, p.dtype), state.params)
+  local = jax.jit(lambda s, d: common.local_model_values(sim.context(s, probs), d))
+  one = jax.jit(lambda s: sim.global_eval(s.params)[1])
+  times = C.interleaved_medians(
+    {"local_model_values(M)": lambda: local(state, deltas), "one global eval": lambda: one(state)},
+    repeats,
+  )
+  return {k: v["median_s"] for k, v in times.items()}
 
 
 def bench(args) -> dict:
@@ -115,22 +154,34 @@ def bench(args) -> dict:
       ratios[m] = {
         k: round(out[m][k] / base[k], 3) for k in ("round_s", "step_s", "select_s") if base[k]
       }
-  return {
+  record = {
     "benchmark": "fedemd_overhead",
     "dataset": config.base.dataset,
     "model": config.base.model,
     "rounds_timed": args.rounds,
     "methods": out,
     "ratio_to_random": ratios,
-    "paper_ratio": {m: PAPER[m] for m in args.methods if m in PAPER},
+    "paper_ratio": {
+      m: PAPER[split_variant(m)[0]] for m in args.methods if split_variant(m)[0] in PAPER
+    },
     "machine": C.machine_info(),
   }
+  if "tifl/authors" in sims:
+    record["tifl_authors_measurement_s"] = tifl_authors_measurement(
+      sims["tifl/authors"], states["tifl/authors"], args.select_repeats
+    )
+  return record
 
 
 def parse_args(argv=None):
   p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
   p.add_argument("--data_dir", default="", help="Fashion-MNIST's IDX folder (default: digits)")
   p.add_argument("--methods", default="random,tifl,fedfast,fedprox,fedemd")
+  p.add_argument(
+    "--baselines",
+    default="papers",
+    help="TiFL's and FedFast's readings, any of papers, authors (variants tifl, tifl/authors)",
+  )
   p.add_argument("--rounds", type=int, default=6, help="timed rounds per method")
   p.add_argument("--select_repeats", type=int, default=20)
   p.add_argument("--cpu_devices", type=int, default=0, help="expose this many CPU cores")
@@ -138,10 +189,26 @@ def parse_args(argv=None):
   p.add_argument("--json", action="store_true")
   a = p.parse_args(argv)
   a.methods = [s for s in a.methods.split(",") if s]
-  if not a.methods or set(a.methods) - set(METHODS):
-    p.error(f"--methods={','.join(a.methods)!r}; allowed: any of {', '.join(METHODS)}")
+  allowed = set(METHODS) | {f"{m}/{b}" for m in TWO_READINGS for b in BASELINES}
+  if not a.methods or set(a.methods) - allowed:
+    p.error(
+      f"--methods={','.join(a.methods)!r}; allowed: any of {', '.join(METHODS)},"
+      f" {', '.join(f'{m}/authors' for m in TWO_READINGS)}"
+    )
   if "random" not in a.methods:
     p.error(f"--methods={','.join(a.methods)!r}; allowed: a list that includes random")
+  baselines = [s for s in a.baselines.split(",") if s]
+  if not baselines or set(baselines) - set(BASELINES):
+    p.error(f"--baselines={a.baselines!r}; allowed: any of {', '.join(BASELINES)}")
+  variants = []
+  for m in a.methods:
+    readings = baselines if m in TWO_READINGS else [None]
+    for b in readings:
+      v = m if b in (None, "papers") else f"{m}/{b}"
+      v = v.removesuffix("/papers")
+      if v not in variants:
+        variants.append(v)
+  a.methods = variants
   if a.rounds < 1 or a.select_repeats < 1:
     p.error(f"--rounds={a.rounds}, --select_repeats={a.select_repeats}; allowed: integers >= 1")
   if a.quick:

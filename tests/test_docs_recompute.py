@@ -209,6 +209,8 @@ SKIPPED = {
 }
 # the reason of the FedEMD page's "Seconds per round" rows
 ROUND_COST = "a 3-round timing (python -m benchmarks.fedemd_round_cost), not committed"
+# the reason of the FedEMD page's cost of TiFL's and FedFast's readings of the authors' code
+AUTHORS_COST = "a 5-round timing of benchmarks.fedemd_overhead's authors' variants, not committed"
 # Lines (the one page line that starts with the text: a table row alone, otherwise its whole
 # paragraph or list item, to the next blank line or item) whose every number is a set-up
 # constant, the paper's number or a cost estimate, with the reason. A line that also states a
@@ -296,6 +298,10 @@ LINES = {
   ("fedemd", "| SVB under FedAvg |"): "the plan, at SVB's 3-round timing",
   ("fedemd", "About 18 h of the 2 cores alone"): "the plan's total",
   ("fedemd", "**The gradient reading without the padding**"): "the timing's set-up",
+  ("fedemd", "**Cost of the authors' readings**"): "the timing's set-up",
+  ("fedemd", "| TiFL, authors' code |"): AUTHORS_COST,
+  ("fedemd", "| FedFast, authors' code |"): AUTHORS_COST,
+  ("fedemd", "TiFL's draw costs what Random's does"): AUTHORS_COST + "; the test set's size",
 }
 # (page, text on the page): why its numbers stand although no committed file of ours gives
 # them: the paper's numbers, set-up constants, and numbers of code rather than of runs.

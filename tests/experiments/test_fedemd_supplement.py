@@ -259,6 +259,8 @@ def test_tiny_fig6_and_fig5_runs(tmp_path):
     (["--methods=random,fedavg"], "--methods='random,fedavg'; allowed: any of"),
     (["--methods=tifl,fedemd"], "allowed: a list that includes random"),
     (["--rounds=0"], "--rounds=0, --select_repeats=20; allowed: integers >= 1"),
+    (["--methods=random,tifl/paper"], "allowed: any of .*, tifl/authors, fedfast/authors"),
+    (["--baselines=paper"], "--baselines='paper'; allowed: any of papers, authors"),
   ],
 )
 def test_overhead_benchmark_bad_flags(argv, match, capsys):
@@ -280,6 +282,34 @@ def test_overhead_benchmark_quick_json(capsys):
   assert record["paper_ratio"]["tifl"] == 2.4
   for m in record["methods"].values():
     assert len(m["round_samples_s"]) == 2 and m["steps"] > 0
+
+
+def test_overhead_benchmark_variants_of_the_two_readings():
+  from benchmarks import fedemd_overhead
+
+  assert fedemd_overhead.parse_args([]).methods == [
+    "random",
+    "tifl",
+    "fedfast",
+    "fedprox",
+    "fedemd",
+  ]
+  both = fedemd_overhead.parse_args(["--methods=random,tifl,fedfast", "--baselines=papers,authors"])
+  assert both.methods == ["random", "tifl", "tifl/authors", "fedfast", "fedfast/authors"]
+  named = fedemd_overhead.parse_args(["--methods=random,tifl/papers,fedfast/authors"])
+  assert named.methods == ["random", "tifl", "fedfast/authors"]
+
+
+@pytest.mark.slow  # two rounds of Random and the authors' TiFL on digits
+def test_overhead_benchmark_quick_authors_variant(capsys):
+  from benchmarks import fedemd_overhead
+
+  assert fedemd_overhead.main(["--json", "--quick", "--methods=random,tifl/authors"]) == 0
+  record = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+  assert set(record["methods"]) == {"random", "tifl/authors"}
+  assert record["paper_ratio"]["tifl/authors"] == 2.4
+  assert record["methods"]["tifl/authors"]["steps"] > 0
+  assert set(record["tifl_authors_measurement_s"]) == {"local_model_values(M)", "one global eval"}
 
 
 def test_shapley_truncation_is_passed_only_when_changed():
