@@ -266,14 +266,8 @@ def _runnable(cfg: ml_collections.ConfigDict, seed: int, dataset) -> tuple[str, 
 
 
 def _read_seed(folder: str, rounds: int) -> tuple[dict, list[dict]] | None:
-  path = os.path.join(folder, "summary.json")
-  if not os.path.exists(path):
-    return None
-  with open(path) as f:
-    summary = json.load(f)
-  if not summary.get("complete") or summary.get("rounds") != rounds:
-    return None
-  return summary, results.read_jsonl(os.path.join(folder, "metrics.jsonl"))
+  summary = grid.read_finished(folder, rounds)
+  return summary and (summary, results.read_jsonl(os.path.join(folder, "metrics.jsonl")))
 
 
 # config.json fields that do not change a run's numbers: a reused cell may differ in them

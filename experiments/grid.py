@@ -128,8 +128,6 @@ def check_flags() -> None:
     raise ValueError("--commit without --collect; allowed: --collect=<results folder> --commit")
   if collect and os.path.exists(collect) and not os.path.isdir(collect):
     raise ValueError(f"--collect={collect!r} is a file; allowed: a results folder")
-  if _flag("lanes", 1) > 1 and planning():
-    logging.info("--plan with --lanes=%d: the hours left assume %d lanes", _flag("lanes", 1), 1)
 
 
 # ------------------------------------------------------------------------------- runs

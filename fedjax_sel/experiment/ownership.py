@@ -124,7 +124,6 @@ def acquire(folder: str) -> None:
     os.ftruncate(fd, 0)
     os.lseek(fd, 0, os.SEEK_SET)
     os.write(fd, (json.dumps(_me()) + "\n").encode())
-    os.fsync(fd)
     _HELD[path] = [fd, 1]
 
 
