@@ -150,17 +150,7 @@ class Run:
 
 # fields a finished run may differ in from the config that reads it back (paths, resuming and
 # reporting switches: experiment.RESUMABLE_CHANGES, and the data folder)
-READ_BACK_FREE = (
-  "rounds",
-  "eval_every",
-  "checkpoint_every",
-  "output_dir",
-  "resume",
-  "tensorboard",
-  "global_train_loss",
-  "client_accuracy",
-  "data_dir",
-)
+READ_BACK_FREE = (*experiment.RESUMABLE_CHANGES, "data_dir")
 
 
 def read_finished(
