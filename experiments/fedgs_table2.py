@@ -24,7 +24,6 @@ runs of the other protocol is refused (use another ``--output_dir``).
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Sequence
@@ -388,48 +387,6 @@ def apply_fmnist_protocol(cfg: ml_collections.ConfigDict) -> ml_collections.Conf
   return out
 
 
-# What tells the two Fashion-MNIST protocols apart in a cell's config.json.
-PROTOCOL_FIELDS = (
-  "partition",
-  "label_rule",
-  "input_normalization",
-  "input_mean",
-  "input_std",
-  "eval_every",
-  "availability_hparams",
-)
-
-
-class ProtocolMismatchError(ValueError):
-  """A cell folder holds runs of another protocol (one-line message)."""
-
-
-def check_cell_protocol(config: ml_collections.ConfigDict, folder: str) -> None:
-  """Refuses a cell folder whose runs (``seed*/config.json``) used another protocol: their
-  finished results would be read back as this protocol's (``--resume`` checks rounds only).
-  """
-  if not os.path.isdir(folder):
-    return
-  defaults = experiment.default_config()
-  now = config.to_dict()
-  for seed_dir in sorted(os.listdir(folder)):
-    path = os.path.join(folder, seed_dir, "config.json")
-    if not os.path.exists(path):
-      continue
-    with open(path) as f:
-      saved = json.load(f).get("config", {})
-    diff = [
-      f"{k}: {saved.get(k, defaults.get(k))!r} -> {now.get(k)!r}"
-      for k in PROTOCOL_FIELDS
-      if saved.get(k, defaults.get(k)) != now.get(k, defaults.get(k))
-    ]
-    if diff:
-      raise ProtocolMismatchError(
-        f"{os.path.join(folder, seed_dir)} ran under another protocol ({'; '.join(diff)}); "
-        "allowed: a new --output_dir (or the matching --config.fmnist_protocol)"
-      )
-
-
 def run_cells(
   column: Column,
   cells: dict[str, ml_collections.ConfigDict],
@@ -439,8 +396,6 @@ def run_cells(
 ) -> dict[str, list[tuple[dict, list[dict]]]]:
   """Every cell for every seed; seeds and cells that differ only in numbers (FedGS's alpha)
   run as one batched program each (``common.run_cells``)."""
-  for name, c in cells.items():
-    check_cell_protocol(c, os.path.join(output_dir, "cells", name))
   out = common.run_cells(
     {name: (c, os.path.join(output_dir, "cells", name)) for name, c in cells.items()},
     seeds,
@@ -948,7 +903,7 @@ def main(argv):
   common.start_lanes(args["output_dir"])
   # One line, no traceback: the message names the dataset and how to get it, or the folder
   # that holds another protocol's runs.
-  with common.user_errors(ProtocolMismatchError):
+  with common.user_errors():
     tables = run_all(**args)
   for part, text in tables.items():
     print(text if part != "fig4" else f"Fig. 4: {text}")

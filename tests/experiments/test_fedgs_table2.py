@@ -8,8 +8,9 @@ import os
 import numpy as np
 import pytest
 
-from experiments import common, fedgs_table2
+from experiments import common, fedgs_table2, grid
 from experiments.configs import fedgs_table2 as config_lib
+from fedjax_sel import experiment
 
 
 def _read_csv(path):
@@ -233,22 +234,21 @@ def test_ours_protocol_is_the_committed_ablation():
     _, mode, method = name.split("-")
     with open(os.path.join(ABLATION_CELLS, name, "seed0", "config.json")) as f:
       saved = json.load(f)["config"]
-    now = fedgs_table2.cell_config(col, ours.methods[method], ours.modes[mode]).to_dict()
+    cell = fedgs_table2.cell_config(col, ours.methods[method], ours.modes[mode])
+    now = cell.to_dict()
     for key in (set(saved) | set(now)) - PER_RUN:
       assert saved.get(key, defaults.get(key)) == now.get(key), (name, key)
-    fedgs_table2.check_cell_protocol(
-      fedgs_table2.cell_config(col, ours.methods[method], ours.modes[mode]),
-      os.path.join(ABLATION_CELLS, name),
-    )
-  # the released protocol refuses those folders instead of reading them back
+    mine = common.seed_config(cell, 0).to_dict()
+    folder = os.path.join(ABLATION_CELLS, name, "seed0")
+    assert grid.read_finished(folder, saved["rounds"], config=mine) is not None
+  # the released protocol refuses those runs instead of reading them back
   ref = fedgs_table2.Column(
     "fashion_mnist", config_lib.get_config().datasets.fashion_mnist, False, "", 0
   )
-  with pytest.raises(fedgs_table2.ProtocolMismatchError, match="partition: 'shards' -> 'easyfl"):
-    fedgs_table2.check_cell_protocol(
-      fedgs_table2.cell_config(ref, cfg.methods.uniform, config_lib.get_config().modes.yc),
-      os.path.join(ABLATION_CELLS, "fashion_mnist-yc-uniform"),
-    )
+  released = fedgs_table2.cell_config(ref, cfg.methods.uniform, config_lib.get_config().modes.yc)
+  folder = os.path.join(ABLATION_CELLS, "fashion_mnist-yc-uniform", "seed0")
+  with pytest.raises(experiment.ConfigError, match="partition: 'shards' there, 'easyfl_quantity'"):
+    grid.read_finished(folder, 500, config=common.seed_config(released, 0).to_dict())
 
 
 def test_bad_names_are_one_clear_error():
