@@ -488,17 +488,22 @@ def wait_for(run: Run, half_precision: bool = False) -> dict | None:
 
 def _lane_argv(argv: list[str], i: int, n: int) -> list[str]:
   """The command of lane ``i``: the same flags without --lanes/--plan, and its share of the
-  CPU devices (``--cpu_devices``: the command's count split over the lanes, at least 1)."""
-  out = []
-  cpu = None
-  for a in argv:
-    if re.match(r"--(no)?(lanes|plan)(=|$)", a):
+  CPU devices (``--cpu_devices``: the command's count split over the lanes, at least 1).
+  ``--flag=value`` and ``--flag value`` are both understood."""
+  out, cpu, skip = [], None, False
+  for j, a in enumerate(argv):
+    if skip:
+      skip = False
       continue
-    m = re.match(r"--cpu_devices=(\d+)$", a)
-    if m:
-      cpu = int(m.group(1))
+    m = re.fullmatch(r"--(lanes|cpu_devices)(?:=(\S*))?|--(?:no)?plan", a)
+    if not m:
+      out.append(a)
       continue
-    out.append(a)
+    value = m.group(2)
+    if m.group(1) and value is None and j + 1 < len(argv):  # --flag value
+      value, skip = argv[j + 1], True
+    if m.group(1) == "cpu_devices" and value and value.isdigit():
+      cpu = int(value)
   share = max(1, (cpu or n) // n)
   return out + [f"--cpu_devices={share}"]
 

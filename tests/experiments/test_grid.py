@@ -357,3 +357,12 @@ def test_collect_keeps_a_run_that_finished_before_the_command(tmp_path):
   assert sorted(os.listdir(kept)) == ["config.json", "metrics.jsonl", "summary.json"]
   assert (kept / "metrics.jsonl").read_bytes() == metrics.read_bytes()
   assert (collect / "table2.md").exists()
+
+
+def test_a_lanes_command_is_the_command_without_lanes_and_plan_with_its_device_share():
+  argv = ["--quick", "--lanes", "2", "--cpu_devices=4", "--seeds=0,1", "--noplan", "--x=1"]
+  assert grid._lane_argv(argv, 0, 2) == ["--quick", "--seeds=0,1", "--x=1", "--cpu_devices=2"]
+  assert grid._lane_argv(["--lanes=3", "--cpu_devices", "2"], 2, 3) == ["--cpu_devices=1"]
+  assert grid._lane_argv(["--plan"], 0, 2) == ["--cpu_devices=1"]  # one device each at least
+  env = grid._lane_env(1, 2)
+  assert env[grid.LANE_ENV] == "1/2"
