@@ -221,6 +221,9 @@ def user_errors(*extra: type[BaseException]) -> Iterator[None]:
     fail(e, 2)
   except results.WriteError as e:
     fail(e, 1)
+  except experiment.Interrupted as e:  # SIGINT / SIGTERM: the runs checkpointed, one line
+    print(f"{e}; the checkpoints are kept (the same command continues them)", file=sys.stderr)
+    sys.exit(128 + e.signum)
   if grid.planning():  # every run of the command has finished
     grid.print_plan()
     sys.exit(0)

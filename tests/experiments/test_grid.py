@@ -366,3 +366,26 @@ def test_a_lanes_command_is_the_command_without_lanes_and_plan_with_its_device_s
   assert grid._lane_argv(["--plan"], 0, 2) == ["--cpu_devices=1"]  # one device each at least
   env = grid._lane_env(1, 2)
   assert env[grid.LANE_ENV] == "1/2"
+
+
+def test_ctrl_c_in_a_study_ends_in_one_line_and_keeps_the_checkpoint(tmp_path):
+  out = tmp_path / "runs"
+  args = [*QUICK, "--modes=idl", "--methods=uniform", "--seeds=0", "--rounds=100000"]
+  p = subprocess.Popen(
+    [sys.executable, "-m", "experiments.fedgs_table2", *args, f"--output_dir={out}"],
+    cwd=ROOT,
+    env=ENV,
+    stdout=subprocess.PIPE,
+    stderr=subprocess.PIPE,
+    text=True,
+  )
+  ckpt = out / "cells" / "synthetic-idl-uniform" / "seed0" / "checkpoints"
+  deadline = time.time() + 300
+  while time.time() < deadline and not (ckpt.is_dir() and os.listdir(ckpt)):
+    time.sleep(0.1)
+  p.send_signal(signal.SIGINT)
+  _, err = p.communicate(timeout=300)
+  assert p.returncode == 130
+  assert "Traceback" not in err
+  assert err.strip().splitlines()[-1].startswith("interrupted by signal 2 after round ")
+  assert os.listdir(ckpt)
