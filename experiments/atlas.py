@@ -33,7 +33,6 @@ import csv
 import dataclasses
 import functools
 import io
-import json
 import math
 import os
 
@@ -292,10 +291,7 @@ def reuse_cells(source: str, dataset: str, runnable: dict, folder: dict, seeds: 
         os.path.join(src, "summary.json")
       ):
         continue
-      with open(os.path.join(src, "config.json")) as f:
-        saved = json.load(f).get("config", {})
-      mine = common.seed_config(cfg, s, True).to_dict()
-      diff = experiment.config_differences(saved, mine, REUSE_FREE)
+      diff = grid.saved_differences(src, common.seed_config(cfg, s, True).to_dict(), REUSE_FREE)
       if diff:
         raise experiment.ConfigError(
           f"--reuse={source}: {cname} seed {s} ran under other shared settings "

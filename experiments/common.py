@@ -313,12 +313,7 @@ def seed_config(
   return c
 
 
-RESULT_FILES = ("config.json", "metrics.jsonl", "summary.json")  # a run as results/ keeps it
-
-
-def seed_from_results(committed: str, output_dir: str) -> list[str]:
-  """Copies the finished runs of ``committed`` into ``output_dir`` (``grid.seed_from``)."""
-  return grid.seed_from(committed, output_dir)
+RESULT_FILES = grid.RESULT_FILES  # a run as results/ keeps it
 
 
 def run_cell(

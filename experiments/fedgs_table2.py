@@ -34,7 +34,7 @@ import ml_collections
 import numpy as np
 from absl import app, flags, logging
 
-from experiments import common
+from experiments import common, grid
 from experiments.configs import fedgs_table2 as config_lib
 from fedjax_sel import data as data_lib
 from fedjax_sel import experiment, similarity
@@ -832,7 +832,7 @@ def run_all(
   method_keys = study_methods(cfg, methods, quick)
   os.makedirs(output_dir, exist_ok=True)
   for folder in [p for p in seed_from.split(",") if p.strip()] if resume else []:
-    common.seed_from_results(folder.strip(), output_dir)
+    grid.seed_from(folder.strip(), output_dir)
   out = {}
   runs2 = {}
   if "table2" in parts or "fig4" in parts or "table4" in parts:
@@ -894,7 +894,6 @@ def check_config(argv) -> dict:
     methods=methods,
     modes=modes,
     parts=parts,
-    seed_from=f.seed_from,
   )
 
 

@@ -173,12 +173,7 @@ def read_finished(
   if not (summary.get("complete") and summary.get("rounds") == rounds and same_precision):
     return None
   if config is not None:
-    try:
-      with open(os.path.join(folder, "config.json")) as f:
-        saved = json.load(f).get("config")
-    except (OSError, json.JSONDecodeError):
-      saved = None
-    diff = experiment.config_differences(saved, config, READ_BACK_FREE) if saved else []
+    diff = saved_differences(folder, config, READ_BACK_FREE)
     if diff:
       raise experiment.ConfigError(
         f"{folder} finished under another config ({'; '.join(diff[:6])}"
@@ -186,6 +181,17 @@ def read_finished(
         "folder) for this config, or the config it ran with"
       )
   return summary
+
+
+def saved_differences(folder: str, config: dict, free: tuple[str, ...]) -> list[str]:
+  """The fields (``experiment.config_differences``) in which the run in ``folder`` ran under
+  another config than ``config``, ``free`` left out; [] when it saved no config."""
+  try:
+    with open(os.path.join(folder, "config.json")) as f:
+      saved = json.load(f).get("config")
+  except (OSError, json.JSONDecodeError):
+    saved = None
+  return experiment.config_differences(saved, config, free) if saved else []
 
 
 def root_of(folder: str) -> str:
@@ -274,23 +280,32 @@ def collect_run(folder: str, label: str) -> None:
   """A finished run's three files into the ``--collect`` folder (and a commit with
   ``--commit``); nothing without ``--collect`` or when the folder already holds it."""
   collect = _flag("collect", "")
-  if not collect or not _complete(os.path.join(folder, "summary.json")):
+  if not collect:
     return
-  root = root_of(folder)
-  target = os.path.join(collect, os.path.relpath(folder, root))
+  target = os.path.join(collect, os.path.relpath(folder, root_of(folder)))
   if os.path.abspath(target) == os.path.abspath(folder):
     return
-  if os.path.exists(os.path.join(target, "summary.json")):
-    with open(os.path.join(target, "summary.json"), "rb") as a:
-      with open(os.path.join(folder, "summary.json"), "rb") as b:
-        if a.read() == b.read():
-          return
+  try:
+    with open(os.path.join(folder, "summary.json"), "rb") as f:
+      raw = f.read()
+    summary = json.loads(raw)
+  except (OSError, json.JSONDecodeError):
+    return
+  if not summary.get("complete") or _holds(os.path.join(target, "summary.json"), raw):
+    return
   copy_run(folder, target)
   logging.info("collected %s into %s", label, target)
   if _flag("commit", False):
-    with open(os.path.join(folder, "summary.json")) as f:
-      rounds = json.load(f).get("rounds")
-    _commit([target], f"{_study()}: {label}, {rounds} rounds ({collect})")
+    _commit([target], f"{_study()}: {label}, {summary.get('rounds')} rounds ({collect})")
+
+
+def _holds(path: str, data: bytes) -> bool:
+  """Whether the file at ``path`` exists and holds exactly ``data``."""
+  try:
+    with open(path, "rb") as f:
+      return f.read() == data
+  except OSError:
+    return False
 
 
 def collect_tables() -> list[str]:
@@ -306,10 +321,8 @@ def collect_tables() -> list[str]:
         target = os.path.join(collect, os.path.basename(path))
         with open(path, "rb") as f:
           data = f.read()
-        if os.path.exists(target):
-          with open(target, "rb") as f:
-            if f.read() == data:
-              continue
+        if _holds(target, data):
+          continue
         results.atomic_write_bytes(target, data)
         copied.append(target)
   if copied and _flag("commit", False):
