@@ -1,0 +1,933 @@
+r"""Every claim's verdict, computed from the committed runs by one written rule.
+
+  python -m experiments.claims                 # every claim: verdict, effect, interval, p, seeds
+  python -m experiments.claims --paper=fedgs   # one paper
+  python -m experiments.claims --write         # also rewrite the generated blocks of the docs
+  python -m experiments.claims --check         # exit 1 when a generated block is out of date
+
+The claims are data: ``docs/reproductions/claims/<paper>.yaml``, one entry per claim (id,
+the claim in one sentence, the paper's numbers, and per set-up the comparison that decides
+it). This module reads only those files and committed files under ``results/``; it never
+trains. The rule (``RULE``, restated at the top of docs/reproductions/README.md) is the
+same for every paper:
+
+* A **direction** ("A is better than B") is *reproduced* when the effect A - B has the
+  paper's sign with p < 0.05 over at least 3 seeds (and, where the paper states a size, the
+  95 % interval reaches it), *not reproduced* when the opposite sign is significant (p <
+  0.05) or the interval lies below the paper's size, and *inconclusive* otherwise (fewer
+  than 3 seeds included).
+* A **value** (a number of the paper within a stated tolerance) is *reproduced* when every
+  seed is within the tolerance, *not reproduced* when the 95 % interval of our mean lies
+  outside paper ± tolerance (with one seed: when that seed is outside), *inconclusive*
+  otherwise.
+* An **equivalence** ("A does as well as B", within a stated margin) is *reproduced* when the
+  95 % interval of A - B lies inside ± margin, *not reproduced* when the difference is
+  significant and its interval lies outside ± margin, *inconclusive* otherwise. A
+  **non-inferiority** ("A never does worse than B", margin m) is *reproduced* when the
+  interval's worse end is above -m, *not reproduced* when it is significantly worse by more
+  than m.
+* A claim of several parts (an order of methods, a trend over a swept parameter, one claim
+  in several modes) is *reproduced* when every part is, *not reproduced* when every part is
+  not, *partly* when some parts are reproduced and some are not, *inconclusive* otherwise.
+* *Not measurable* names what is missing (a dataset, a model) and its cost.
+
+Effects pair by seed (``fedjax_sel.metrics.stats.paired``, Student's t over the seeds both
+arms hold, scipy's ``ttest_rel``) where both arms' per-seed files are committed; where a
+committed table holds only "mean ± std" over n seeds (population std), the comparison is
+Welch's t-test from those statistics (scipy's ``ttest_ind_from_stats``). A verdict resting
+on one seed is marked "(one seed)".
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import functools
+import json
+import math
+import os
+import pathlib
+import re
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import yaml
+from absl import app, flags
+from scipy import stats as scipy_stats
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+CLAIMS_DIR = "docs/reproductions/claims"
+ALPHA = 0.05
+MIN_SEEDS = 3
+CONFIDENCE = 0.95
+
+REPRODUCED = "reproduced"
+NOT_REPRODUCED = "not reproduced"
+INCONCLUSIVE = "inconclusive"
+PARTLY = "partly"
+NOT_MEASURABLE = "not measurable"
+WORDS = (REPRODUCED, NOT_REPRODUCED, PARTLY, INCONCLUSIVE, NOT_MEASURABLE)
+
+RULE = (
+  "A direction (A better than B) is reproduced when A - B has the paper's sign with "
+  "p < 0.05 over at least 3 seeds (and its 95 % interval reaches the paper's size where "
+  "one is stated), not reproduced when the opposite sign is significant or the interval "
+  "lies below the paper's size, inconclusive otherwise. A value is reproduced when every "
+  "seed is within the stated tolerance of the paper's number, not reproduced when the 95 % "
+  "interval of our mean lies outside it (one seed: when that seed does), inconclusive "
+  "otherwise. An equivalence within a margin is reproduced when the interval of A - B lies "
+  "inside ± margin, not reproduced when A - B is significant and outside it. A claim of "
+  "several parts is reproduced when every part is, not reproduced when no part is, partly "
+  "when some parts are and some are not, inconclusive otherwise."
+)
+
+
+class ClaimsError(ValueError):
+  """A claims file that does not follow the schema, or a committed file it names that is
+  missing or does not hold what the claim reads: the message names the claim and the
+  field."""
+
+
+# ---------------------------------------------------------------------------------------
+# Samples: one arm's values over seeds, or its committed mean ± std over n seeds.
+
+
+@dataclasses.dataclass(frozen=True)
+class Sample:
+  """A quantity measured over seeds: per-seed ``values`` where committed, else the table's
+  ``mean``, its standard error ``se`` and degrees of freedom ``df`` (n - 1; Welch's
+  for a difference of two unpaired arms)."""
+
+  mean: float
+  se: float
+  df: float
+  n: int
+  values: dict[int, float] | None = None
+  censored: int = 0  # seeds whose value is a bound ("not reached in R rounds" -> R + 1)
+
+  @classmethod
+  def of(cls, values: dict[int, float], censored: int = 0) -> Sample:
+    if not values:
+      raise ClaimsError("no committed seed holds this value")
+    a = np.asarray([values[k] for k in sorted(values)], np.float64)
+    n = len(a)
+    se = float(np.std(a, ddof=1) / math.sqrt(n)) if n > 1 else math.nan
+    return cls(float(a.mean()), se, float(n - 1), n, dict(values), censored)
+
+  @classmethod
+  def from_stats(cls, mean: float, std: float, n: int) -> Sample:
+    """A table's "mean ± std" over n seeds, std the population std (ddof 0)."""
+    if n < 2:
+      return cls(mean, math.nan, 0.0, n)
+    sd = std * math.sqrt(n / (n - 1))
+    return cls(mean, sd / math.sqrt(n), float(n - 1), n)
+
+  @property
+  def seeds(self) -> tuple[int, ...]:
+    return tuple(sorted(self.values)) if self.values is not None else ()
+
+
+def difference(a: Sample, b: Sample) -> Sample:
+  """a - b: paired by seed where both hold per-seed values for at least the same seeds,
+  else unpaired with Welch's standard error and degrees of freedom."""
+  if a.values is not None and b.values is not None:
+    common = sorted(set(a.values) & set(b.values))
+    if common:
+      return Sample.of(
+        {k: a.values[k] - b.values[k] for k in common}, censored=a.censored + b.censored
+      )
+  mean = a.mean - b.mean
+  if a.n < 2 or b.n < 2:
+    return Sample(mean, math.nan, 0.0, min(a.n, b.n), censored=a.censored + b.censored)
+  var = a.se**2 + b.se**2
+  df_denominator = a.se**4 / a.df + b.se**4 / b.df
+  df = var**2 / df_denominator if df_denominator > 0 else float(a.df + b.df)
+  return Sample(mean, math.sqrt(var), df, min(a.n, b.n), censored=a.censored + b.censored)
+
+
+def relative(a: Sample, b: Sample) -> Sample:
+  """(a - b) / b in percent, per seed where both arms pair by seed; else from the means
+  (its error propagated to first order)."""
+  if a.values is not None and b.values is not None:
+    common = sorted(set(a.values) & set(b.values))
+    if common:
+      return Sample.of({k: 100 * (a.values[k] - b.values[k]) / b.values[k] for k in common})
+  mean = 100 * (a.mean - b.mean) / b.mean
+  if a.n < 2 or b.n < 2:
+    return Sample(mean, math.nan, 0.0, min(a.n, b.n))
+  se = 100 * math.sqrt((a.se / b.mean) ** 2 + (a.mean * b.se / b.mean**2) ** 2)
+  return Sample(mean, se, float(min(a.df, b.df)), min(a.n, b.n))
+
+
+class Effect:
+  """The test of a Sample against 0: its mean, the 95 % interval, t and two-sided p."""
+
+  def __init__(self, s: Sample):
+    self.sample = s
+    self.mean = s.mean
+    self.n = s.n
+    if s.n < 2 or not math.isfinite(s.se):
+      self.low = self.high = self.t = self.p = math.nan
+    elif s.se == 0:
+      self.low = self.high = s.mean
+      self.t = math.nan if s.mean == 0 else math.copysign(math.inf, s.mean)
+      self.p = math.nan if s.mean == 0 else 0.0
+    else:
+      half = float(scipy_stats.t.ppf(0.5 + CONFIDENCE / 2, s.df)) * s.se
+      self.low, self.high = s.mean - half, s.mean + half
+      self.t = s.mean / s.se
+      self.p = float(2 * scipy_stats.t.sf(abs(self.t), s.df))
+
+  def significant(self) -> bool:
+    return math.isfinite(self.p) and self.p < ALPHA
+
+  def text(self, unit: str = "", digits: int = 3) -> str:
+    """``+0.014 [+0.010, +0.018], p = 0.003`` (the interval and p only where defined)."""
+    f = functools.partial(_num, digits=digits)
+    out = f"{f(self.mean, signed=True)}{unit}"
+    if math.isfinite(self.low):
+      out += f" [{f(self.low, signed=True)}, {f(self.high, signed=True)}]"
+    if math.isfinite(self.p):
+      out += f", p = {_p(self.p)}"
+    return out
+
+
+def _num(x: float, digits: int = 3, signed: bool = False) -> str:
+  if not math.isfinite(x):
+    return "n/a"
+  s = f"{x:+.{digits}g}" if signed else f"{x:.{digits}g}"
+  if "e" in s:  # scientific for tiny/huge: keep it, it is rare
+    return s
+  return s
+
+
+def _p(p: float) -> str:
+  if p == 0:
+    return "0"
+  if p < 1e-4:
+    return f"{p:.0e}"
+  return f"{p:.2g}" if p < 0.01 else f"{p:.2f}"
+
+
+# ---------------------------------------------------------------------------------------
+# Verdicts
+
+
+@dataclasses.dataclass
+class Verdict:
+  word: str
+  evidence: str  # the effect, interval, p and seeds, or the reason
+  seeds: tuple[int, ...] = ()
+  n: int = 0
+  parts: list[tuple[str, Verdict]] = dataclasses.field(default_factory=list)
+
+  @property
+  def one_seed(self) -> bool:
+    return self.word != NOT_MEASURABLE and self.n == 1
+
+  def label(self) -> str:
+    return self.word + (" (one seed)" if self.one_seed else "")
+
+
+def seeds_text(seeds: Sequence[int], n: int) -> str:
+  if seeds:
+    s = list(seeds)
+    if s == list(range(s[0], s[-1] + 1)) and len(s) > 2:
+      return f"seeds {s[0]}-{s[-1]}"
+    return ("seed " if len(s) == 1 else "seeds ") + ", ".join(str(k) for k in s)
+  return f"{n} seed" + ("s" if n != 1 else "") + " (mean ± std)"
+
+
+def direction_verdict(
+  effect: Effect, higher: bool, size: float | None = None, unit: str = "", digits: int = 3
+) -> Verdict:
+  """The rule for "A is better than B": ``effect`` is A - B, ``higher`` whether the paper
+  says A's value is the larger, ``size`` the least |A - B| the paper states (if any)."""
+  sign = 1.0 if higher else -1.0
+  s = effect.sample
+  if effect.n >= MIN_SEEDS and effect.significant():
+    if effect.mean * sign > 0:
+      reaches = size is None or max(effect.low * sign, effect.high * sign) >= size
+      word = REPRODUCED if reaches else NOT_REPRODUCED
+    else:
+      word = NOT_REPRODUCED
+  elif (
+    size is not None
+    and math.isfinite(effect.low)
+    and max(effect.low * sign, effect.high * sign) < size
+  ):
+    word = NOT_REPRODUCED
+  else:
+    word = INCONCLUSIVE
+  evidence = f"{effect.text(unit, digits)} ({seeds_text(s.seeds, s.n)})"
+  if s.censored:
+    evidence += f"; {s.censored} value(s) a bound (not reached)"
+  return Verdict(word, evidence, s.seeds, effect.n)
+
+
+def value_verdict(
+  s: Sample, paper: float, tolerance: float, unit: str = "", digits: int = 3
+) -> Verdict:
+  """The rule for "the paper's number, within ± tolerance"."""
+  lo, hi = paper - tolerance, paper + tolerance
+  effect = Effect(s)
+  if s.values is not None:
+    within = all(lo <= v <= hi for v in s.values.values())
+  else:
+    within = lo <= s.mean - s.se * math.sqrt(s.n) and s.mean + s.se * math.sqrt(s.n) <= hi
+    if s.n == 1:
+      within = lo <= s.mean <= hi
+  if within:
+    word = REPRODUCED
+  elif s.n == 1:
+    word = NOT_REPRODUCED
+  elif math.isfinite(effect.low) and (effect.low > hi or effect.high < lo):
+    word = NOT_REPRODUCED
+  else:
+    word = INCONCLUSIVE
+  f = functools.partial(_num, digits=digits)
+  interval = f" [{f(effect.low)}, {f(effect.high)}]" if math.isfinite(effect.low) else ""
+  evidence = (
+    f"{f(s.mean)}{unit}{interval} vs paper {f(paper)}{unit} ± {f(tolerance)} "
+    f"({seeds_text(s.seeds, s.n)})"
+  )
+  return Verdict(word, evidence, s.seeds, s.n)
+
+
+def equivalence_verdict(
+  effect: Effect, margin: float, unit: str = "", digits: int = 3, worse_only: int = 0
+) -> Verdict:
+  """The rule for "A does as well as B" (|A - B| <= margin; ``worse_only`` = +1 / -1: only
+  A - B below -margin / above +margin counts against it, "A never does worse")."""
+  s = effect.sample
+  if effect.n >= 2 and math.isfinite(effect.low):
+    if worse_only == 0:
+      inside = -margin <= effect.low and effect.high <= margin
+      outside = effect.significant() and (effect.low > margin or effect.high < -margin)
+    else:  # +1: higher is better, so the bad end is the low one
+      bad = effect.low * worse_only if worse_only > 0 else -effect.high
+      inside = bad >= -margin
+      worst = effect.high * worse_only if worse_only > 0 else -effect.low
+      outside = effect.significant() and worst < -margin
+    word = REPRODUCED if inside else NOT_REPRODUCED if outside else INCONCLUSIVE
+  elif effect.n == 1:
+    bad = effect.mean if worse_only == 0 else effect.mean * worse_only
+    ok = abs(bad) <= margin if worse_only == 0 else bad >= -margin
+    word = REPRODUCED if ok else NOT_REPRODUCED
+  else:
+    word = INCONCLUSIVE
+  evidence = (
+    f"{effect.text(unit, digits)} within ± {_num(margin, digits)}{unit} "
+    f"({seeds_text(s.seeds, s.n)})"
+  )
+  return Verdict(word, evidence, s.seeds, effect.n)
+
+
+def combine(parts: list[tuple[str, Verdict]]) -> Verdict:
+  """The rule for a claim of several parts."""
+  words = [v.word for _, v in parts]
+  measured = [w for w in words if w != NOT_MEASURABLE]
+  if not measured:
+    word = NOT_MEASURABLE
+  elif all(w == REPRODUCED for w in measured):
+    word = REPRODUCED
+  elif all(w == NOT_REPRODUCED for w in measured):
+    word = NOT_REPRODUCED
+  elif REPRODUCED in measured and (NOT_REPRODUCED in measured or PARTLY in measured):
+    word = PARTLY
+  elif PARTLY in measured:
+    word = PARTLY
+  else:
+    word = INCONCLUSIVE
+  counts = {w: words.count(w) for w in WORDS if words.count(w)}
+  tally = ", ".join(f"{c} {w}" for w, c in counts.items())
+  evidence = f"{len(parts)} parts: {tally}"
+  ns = [v.n for _, v in parts if v.word != NOT_MEASURABLE]
+  seeds = max((v.seeds for _, v in parts), key=len, default=())
+  return Verdict(word, evidence, seeds, min(ns) if ns else 0, parts)
+
+
+# ---------------------------------------------------------------------------------------
+# Reading committed values
+
+
+def _results_path(root: pathlib.Path, rel: str, where: str) -> pathlib.Path:
+  path = root / rel
+  if not path.exists():
+    raise ClaimsError(f"{where}: {rel} is not committed")
+  return path
+
+
+@functools.cache
+def _read_json(path: str) -> dict:
+  with open(path) as f:
+    return json.load(f)
+
+
+@functools.cache
+def _read_jsonl(path: str) -> tuple[dict, ...]:
+  with open(path) as f:
+    return tuple(json.loads(line) for line in f if line.strip())
+
+
+@functools.cache
+def _read_csv(path: str) -> tuple[dict, ...]:
+  with open(path, newline="") as f:
+    return tuple(csv.DictReader(f))
+
+
+def _evaluated(history: Sequence[dict]) -> list[dict]:
+  return [r for r in history if "test_accuracy" in r and r.get("test_accuracy") is not None]
+
+
+def _window(history: list[dict], rounds: Sequence[int] | None) -> list[dict]:
+  if not rounds:
+    return history
+  lo, hi = rounds
+  return [r for r in history if lo <= r["round"] <= hi]
+
+
+def _metric_final_accuracy(summary, history, spec):
+  return 100 * summary["final_test_accuracy"]
+
+
+def _metric_best_accuracy(summary, history, spec):
+  return 100 * max(r["test_accuracy"] for r in _window(_evaluated(history), spec.get("rounds")))
+
+
+def _metric_final_loss(summary, history, spec):
+  return summary["final_test_loss"]
+
+
+def _metric_best_loss(summary, history, spec):
+  return min(r["test_loss"] for r in _window(_evaluated(history), spec.get("rounds")))
+
+
+def _metric_mean_accuracy(summary, history, spec):
+  h = _window(_evaluated(history), spec.get("rounds"))
+  return 100 * float(np.mean([r["test_accuracy"] for r in h]))
+
+
+def _metric_fluctuation(summary, history, spec):
+  """Mean |difference| of ``of`` (test_loss, or test_accuracy in points) between consecutive
+  evaluations, over ``rounds`` if given."""
+  key = spec.get("of", "test_loss")
+  h = _window(_evaluated(history), spec.get("rounds"))
+  v = np.asarray([r[key] for r in h], np.float64) * (100 if key == "test_accuracy" else 1)
+  return float(np.mean(np.abs(np.diff(v))))
+
+
+def _metric_sampling_count_std(summary, history, spec):
+  return float(np.std(np.asarray(summary["sampling_counts"], np.float64)))
+
+
+def _metric_summary(summary, history, spec):
+  key = spec.get("key")
+  if key not in summary:
+    raise ClaimsError(f"summary.json has no {key!r}")
+  return float(summary[key])
+
+
+METRICS: dict[str, Callable] = {
+  "final_accuracy": _metric_final_accuracy,
+  "best_accuracy": _metric_best_accuracy,
+  "final_loss": _metric_final_loss,
+  "best_loss": _metric_best_loss,
+  "mean_accuracy": _metric_mean_accuracy,
+  "fluctuation": _metric_fluctuation,
+  "sampling_count_std": _metric_sampling_count_std,
+  "summary": _metric_summary,
+  "rounds_to": None,  # needs the reference run: read in _cell_values
+}
+
+
+def _run_files(root: pathlib.Path, folder: str, seed: int) -> tuple[dict, tuple[dict, ...]]:
+  base = root / folder / f"seed{seed}"
+  return _read_json(str(base / "summary.json")), _read_jsonl(str(base / "metrics.jsonl"))
+
+
+def _cell_values(root: pathlib.Path, spec: dict, seeds: Sequence[int], where: str) -> Sample:
+  """A cell's metric per seed: ``{cells: <folder of cells>, cell: <name>, metric: <name>}``
+  (+ the metric's arguments). ``rounds_to`` reads ``target`` (an accuracy in %) or
+  ``fraction`` of ``reference``'s (a cell of the same folder, same seed) best accuracy."""
+  metric = spec.get("metric")
+  if metric not in METRICS:
+    raise ClaimsError(f"{where}: metric {metric!r}; allowed: {', '.join(sorted(METRICS))}")
+  folder = f"{spec['cells']}/{spec['cell']}"
+  _results_path(root, folder, where)
+  values, censored = {}, 0
+  for seed in seeds:
+    if not (root / folder / f"seed{seed}" / "summary.json").exists():
+      continue
+    summary, history = _run_files(root, folder, seed)
+    if metric == "rounds_to":
+      h = _evaluated(history)
+      if "target" in spec:
+        target = float(spec["target"]) / 100
+      else:
+        ref = f"{spec['cells']}/{spec['reference']}"
+        _, ref_history = _run_files(root, ref, seed)
+        target = float(spec.get("fraction", 0.99)) * max(
+          r["test_accuracy"] for r in _evaluated(ref_history)
+        )
+      reached = next((r["round"] for r in h if r["test_accuracy"] >= target), None)
+      if reached is None:
+        reached = int(summary.get("rounds", h[-1]["round"])) + 1
+        censored += 1
+      values[seed] = float(reached)
+    else:
+      values[seed] = float(METRICS[metric](summary, history, spec))
+  if not values:
+    raise ClaimsError(f"{where}: {folder} holds none of seeds {list(seeds)}")
+  return Sample.of(values, censored)
+
+
+_MEAN_STD = re.compile(r"^\s*([+-−]?[\d.]+(?:e[+-]?\d+)?)\s*(?:±\s*([\d.]+(?:e[+-]?\d+)?))?")
+
+
+def parse_mean_std(text: str) -> tuple[float, float | None]:
+  """``"81.26 ± 0.17"`` -> (81.26, 0.17); ``"+2.01"`` -> (2.01, None)."""
+  m = _MEAN_STD.match(text.replace("−", "-"))
+  if not m:
+    raise ClaimsError(f"{text!r} is not a number or 'mean ± std'")
+  return float(m.group(1)), (float(m.group(2)) if m.group(2) else None)
+
+
+def _table_values(root: pathlib.Path, spec: dict, seeds: Sequence[int], where: str) -> Sample:
+  """A committed CSV's value: ``{table: <csv>, row: {column: value}, column: <name>}``.
+  With ``seed_column``, one row per seed (per-seed values); else the row's "mean ± std"
+  over the claim's seeds (``n`` overrides their number)."""
+  path = _results_path(root, spec["table"], where)
+  rows = _read_csv(str(path))
+  want = {str(k): str(v) for k, v in (spec.get("row") or {}).items()}
+  match = [r for r in rows if all(r.get(k) == v for k, v in want.items())]
+  column = spec["column"]
+  if match and column not in match[0]:
+    raise ClaimsError(f"{where}: {spec['table']} has no column {column!r}")
+  if "seed_column" in spec:
+    values = {
+      int(r[spec["seed_column"]]): parse_mean_std(r[column])[0]
+      for r in match
+      if int(r[spec["seed_column"]]) in seeds
+    }
+    if not values:
+      raise ClaimsError(f"{where}: no row of {spec['table']} matches {want} for {list(seeds)}")
+    return Sample.of(values)
+  if len(match) != 1:
+    raise ClaimsError(f"{where}: {len(match)} rows of {spec['table']} match {want}; need one")
+  mean, std = parse_mean_std(match[0][column])
+  n = int(spec.get("n", len(seeds)))
+  if std is None or n == 1:
+    return Sample(mean, math.nan, 0.0, 1 if std is None and n == 1 else n)
+  return Sample.from_stats(mean, std, n)
+
+
+def read_value(root: pathlib.Path, spec: Any, seeds: Sequence[int], where: str) -> Sample:
+  """One value spec: a cell's metric, a table's value, or ``difference`` / ``relative`` of
+  two specs."""
+  if not isinstance(spec, dict):
+    raise ClaimsError(f"{where}: a value is a mapping, got {spec!r}")
+  seeds = spec.get("seeds", seeds)
+  if "difference" in spec or "relative" in spec:
+    op = "difference" if "difference" in spec else "relative"
+    pair = spec[op]
+    if not (isinstance(pair, list) and len(pair) == 2):
+      raise ClaimsError(f"{where}: {op} takes two values, got {pair!r}")
+    a, b = (read_value(root, x, seeds, where) for x in pair)
+    return difference(a, b) if op == "difference" else relative(a, b)
+  if "cells" in spec:
+    return _cell_values(root, spec, seeds, where)
+  if "table" in spec:
+    return _table_values(root, spec, seeds, where)
+  raise ClaimsError(f"{where}: a value needs 'cells', 'table', 'difference' or 'relative'")
+
+
+# ---------------------------------------------------------------------------------------
+# Checks
+
+
+def evaluate(root: pathlib.Path, check: dict, seeds: Sequence[int], where: str) -> Verdict:
+  """The verdict of one check (``kind``: direction, value, equivalence, not_worse, all,
+  trend, not_measurable)."""
+  kind = check.get("kind")
+  unit = check.get("unit", "")
+  digits = int(check.get("digits", 3))
+  seeds = check.get("seeds", seeds)
+  if kind == "not_measurable":
+    reason = check.get("reason")
+    if not reason:
+      raise ClaimsError(f"{where}: not_measurable needs a 'reason'")
+    return Verdict(NOT_MEASURABLE, reason)
+  if kind == "direction":
+    d = difference(
+      read_value(root, check["a"], seeds, where), read_value(root, check["b"], seeds, where)
+    )
+    return direction_verdict(
+      Effect(d), bool(check.get("higher", True)), check.get("size"), unit, digits
+    )
+  if kind == "value":
+    s = read_value(root, check["of"], seeds, where)
+    return value_verdict(s, float(check["paper"]), float(check["tolerance"]), unit, digits)
+  if kind in ("equivalence", "not_worse"):
+    d = difference(
+      read_value(root, check["a"], seeds, where), read_value(root, check["b"], seeds, where)
+    )
+    worse = 0 if kind == "equivalence" else (1 if check.get("higher", True) else -1)
+    return equivalence_verdict(Effect(d), float(check["margin"]), unit, digits, worse)
+  if kind == "all":
+    parts = []
+    for i, part in enumerate(check.get("parts") or []):
+      label = part.get("label", str(i + 1))
+      parts.append((label, evaluate(root, part, seeds, f"{where}, part {label!r}")))
+    if not parts:
+      raise ClaimsError(f"{where}: 'all' needs parts")
+    return combine(parts)
+  if kind == "trend":
+    points = check.get("points") or []
+    if len(points) < 2:
+      raise ClaimsError(f"{where}: a trend needs at least two points")
+    higher = bool(check.get("increasing", True))
+    parts = []
+    samples = [
+      (p.get("label", str(i)), read_value(root, p, seeds, where)) for i, p in enumerate(points)
+    ]
+    for (la, a), (lb, b) in zip(samples[1:], samples[:-1]):
+      v = direction_verdict(Effect(difference(a, b)), higher, None, unit, digits)
+      parts.append((f"{lb} → {la}", v))
+    return combine(parts)
+  raise ClaimsError(
+    f"{where}: kind {kind!r}; allowed: direction, value, equivalence, not_worse, all, "
+    "trend, not_measurable"
+  )
+
+
+# ---------------------------------------------------------------------------------------
+# Claims files
+
+
+@dataclasses.dataclass
+class Claim:
+  id: int
+  paper: str
+  page: str
+  claim: str
+  paper_says: str
+  setups: list[tuple[str, Verdict]]
+  note: str = ""
+
+  @property
+  def main(self) -> Verdict:
+    return self.setups[0][1]
+
+
+CLAIM_KEYS = {"id", "claim", "paper_says", "setups", "note"}
+SETUP_KEYS = {"setup", "seeds", "check", "note"}
+
+
+def load(root: pathlib.Path = ROOT, papers: Sequence[str] = ()) -> list[Claim]:
+  """Every claim of ``docs/reproductions/claims/*.yaml`` (or of ``papers``), evaluated."""
+  folder = root / CLAIMS_DIR
+  files = sorted(folder.glob("*.yaml"))
+  if not files:
+    raise ClaimsError(f"no claims files in {folder}")
+  names = [f.stem for f in files]
+  for p in papers:
+    if p not in names:
+      raise ClaimsError(f"--paper={p!r}; allowed: {', '.join(names)}")
+  out = []
+  for f in files:
+    if papers and f.stem not in papers:
+      continue
+    out.extend(load_file(root, f))
+  return sorted(out, key=lambda c: c.id)
+
+
+def load_file(root: pathlib.Path, path: pathlib.Path) -> list[Claim]:
+  with open(path) as f:
+    data = yaml.safe_load(f)
+  rel = path.relative_to(root) if path.is_relative_to(root) else path
+  if not isinstance(data, dict) or {"paper", "page", "claims"} - set(data):
+    raise ClaimsError(f"{rel}: needs 'paper', 'page' and 'claims'")
+  out = []
+  for entry in data["claims"]:
+    where = f"{rel}: claim {entry.get('id', '?')}"
+    extra = set(entry) - CLAIM_KEYS
+    if extra or {"id", "claim", "setups"} - set(entry):
+      raise ClaimsError(f"{where}: keys {sorted(entry)}; allowed {sorted(CLAIM_KEYS)}")
+    setups = []
+    for s in entry["setups"]:
+      extra = set(s) - SETUP_KEYS
+      if extra or "check" not in s:
+        raise ClaimsError(f"{where}: set-up keys {sorted(s)}; allowed {sorted(SETUP_KEYS)}")
+      label = s.get("setup", "")
+      v = evaluate(root / "results", s["check"], s.get("seeds", [0, 1, 2]), f"{where} {label}")
+      setups.append((label, v))
+    out.append(
+      Claim(
+        int(entry["id"]),
+        data["paper"],
+        data["page"],
+        entry["claim"],
+        entry.get("paper_says", ""),
+        setups,
+        entry.get("note", ""),
+      )
+    )
+  return out
+
+
+# ---------------------------------------------------------------------------------------
+# Output
+
+
+def verdict_text(c: Claim) -> str:
+  if len(c.setups) == 1 and not c.setups[0][0]:
+    return c.main.label()
+  return "; ".join(f"{label}: {v.label()}" for label, v in c.setups)
+
+
+def evidence_text(v: Verdict) -> str:
+  if not v.parts:
+    return v.evidence
+  return "; ".join(f"{label}: {p.word}, {evidence_text(p)}" for label, p in v.parts)
+
+
+def tally(claims: Sequence[Claim]) -> dict[str, int]:
+  """Claims per word of their main set-up (the first), in WORDS order."""
+  words = [c.main.word for c in claims]
+  return {w: words.count(w) for w in WORDS}
+
+
+def tally_text(claims: Sequence[Claim]) -> str:
+  t = tally(claims)
+  one = sum(c.main.one_seed for c in claims)
+  text = ", ".join(f"{n} {w}" for w, n in t.items() if n)
+  return f"{len(claims)} claims: {text}" + (f" ({one} on one seed)" if one else "")
+
+
+def claims_table(claims: Sequence[Claim], link: bool = True) -> str:
+  lines = [
+    "| # | claim | paper | verdict | evidence: effect [95 % interval], p (seeds) "
+    "| paper's numbers |",
+    "|---|---|---|---|---|---|",
+  ]
+  for c in claims:
+    ev = " · ".join((f"{label}: " if label else "") + evidence_text(v) for label, v in c.setups)
+    claim = f"[{c.claim}]({c.page}#claim-{c.id})" if link else c.claim
+    lines.append(
+      f"| {c.id} | {claim} | {c.paper} | {verdict_text(c)} | {_cell(ev)} | {_cell(c.paper_says)} |"
+    )
+  return "\n".join(lines)
+
+
+def _cell(text: str) -> str:
+  return text.replace("|", "\\|").replace("\n", " ")
+
+
+def page_summary(claims: Sequence[Claim]) -> str:
+  """The block under a page's "In one minute": the tally and the claims per word."""
+  lines = [f"**Verdicts** (`python -m experiments.claims`): {tally_text(claims)}."]
+  for w in WORDS:
+    ids = [c for c in claims if c.main.word == w]
+    if ids:
+      items = ", ".join(
+        f"[{c.id}](#claim-{c.id})" + (" (one seed)" if c.main.one_seed else "") for c in ids
+      )
+      lines.append(f"- {w.capitalize()}: {items}")
+  return "\n".join(lines)
+
+
+def page_table(claims: Sequence[Claim]) -> str:
+  """A page's verdict table: one row per claim and set-up, with its anchor."""
+  lines = [
+    "| # | claim | set-up | verdict | evidence: effect [95 % interval], p (seeds) | paper |",
+    "|---|---|---|---|---|---|",
+  ]
+  for c in claims:
+    for i, (label, v) in enumerate(c.setups):
+      anchor = f'<a id="claim-{c.id}"></a>{c.id}' if i == 0 else ""
+      claim = c.claim if i == 0 else ""
+      paper = c.paper_says if i == 0 else ""
+      lines.append(
+        f"| {anchor} | {_cell(claim)} | {label or '-'} | {v.label()} | "
+        f"{_cell(evidence_text(v))} | {_cell(paper)} |"
+      )
+  return "\n".join(lines)
+
+
+def readme_table(claims: Sequence[Claim]) -> str:
+  by_paper: dict[str, list[Claim]] = {}
+  for c in claims:
+    by_paper.setdefault(c.paper, []).append(c)
+  lines = ["| paper | verdicts of its claims | page |", "|---|---|---|"]
+  for paper, cs in by_paper.items():
+    page = cs[0].page
+    lines.append(
+      f"| {paper} | {tally_text(cs)} | [{page}](docs/reproductions/{page}#in-one-minute) |"
+    )
+  return "\n".join(lines)
+
+
+def results_index(root: pathlib.Path, claims: Sequence[Claim]) -> str:
+  """results/README.md's index: each top-level results folder, the claims that read it."""
+  reads: dict[str, set[int]] = {}
+  for c in claims:
+    for path in _paths_of(root, c):
+      top = path.split("/")[0]
+      reads.setdefault(top, set()).add(c.id)
+  lines = ["| folder | claims whose verdict reads it |", "|---|---|"]
+  for folder in sorted(os.listdir(root / "results")):
+    if not (root / "results" / folder).is_dir():
+      continue
+    ids = sorted(reads.get(folder, ()))
+    lines.append(f"| `{folder}/` | {', '.join(map(str, ids)) if ids else '-'} |")
+  return "\n".join(lines)
+
+
+def _paths_of(root: pathlib.Path, claim: Claim) -> set[str]:
+  return _CLAIM_PATHS.get(claim.id, set())
+
+
+_CLAIM_PATHS: dict[int, set[str]] = {}
+
+
+def _collect_paths(data: Any, out: set[str]) -> None:
+  if isinstance(data, dict):
+    for k, v in data.items():
+      if k in ("cells", "table") and isinstance(v, str):
+        out.add(v)
+      else:
+        _collect_paths(v, out)
+  elif isinstance(data, list):
+    for v in data:
+      _collect_paths(v, out)
+
+
+def index_paths(root: pathlib.Path) -> None:
+  _CLAIM_PATHS.clear()
+  for f in sorted((root / CLAIMS_DIR).glob("*.yaml")):
+    with open(f) as fh:
+      data = yaml.safe_load(fh)
+    for entry in data.get("claims", []):
+      paths: set[str] = set()
+      _collect_paths(entry.get("setups"), paths)
+      _CLAIM_PATHS[int(entry["id"])] = paths
+
+
+def report(claims: Sequence[Claim]) -> str:
+  """The binary's printout: every claim, its verdict per set-up with evidence."""
+  lines = [f"The rule: {RULE}", ""]
+  paper = None
+  for c in claims:
+    if c.paper != paper:
+      paper = c.paper
+      these = [x for x in claims if x.paper == paper]
+      lines += ["", f"== {paper}: {tally_text(these)}"]
+    lines.append(f"{c.id:>3}. {c.claim}")
+    for label, v in c.setups:
+      lines.append(f"     {label + ': ' if label else ''}{v.label()}: {evidence_text(v)}")
+  return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------
+# Generated blocks in the docs
+
+
+def begin(name: str) -> str:
+  return f"<!-- generated by python -m experiments.claims --write: {name} -->"
+
+
+def end(name: str) -> str:
+  return f"<!-- end of generated block: {name} -->"
+
+
+def blocks(root: pathlib.Path, claims: Sequence[Claim]) -> dict[str, dict[str, str]]:
+  """{file (relative to root): {block name: text}} of every generated block."""
+  index_paths(root)
+  out: dict[str, dict[str, str]] = {
+    "docs/reproductions/README.md": {"claims": claims_table(claims), "rule": RULE},
+    "README.md": {"verdicts": readme_table(claims)},
+    "results/README.md": {"index": results_index(root, claims)},
+  }
+  pages: dict[str, list[Claim]] = {}
+  for c in claims:
+    pages.setdefault(c.page, []).append(c)
+  for page, cs in pages.items():
+    out[f"docs/reproductions/{page}"] = {"summary": page_summary(cs), "verdicts": page_table(cs)}
+  return out
+
+
+def replace_block(text: str, name: str, body: str, path: str) -> str:
+  b, e = begin(name), end(name)
+  if b not in text or e not in text:
+    raise ClaimsError(f"{path} has no generated block {name!r} (add the lines {b!r} and {e!r})")
+  head, rest = text.split(b, 1)
+  _, tail = rest.split(e, 1)
+  return f"{head}{b}\n{body}\n{e}{tail}"
+
+
+def stale_blocks(root: pathlib.Path, claims: Sequence[Claim]) -> list[str]:
+  """The generated blocks whose text in the docs differs from what the engine writes."""
+  stale = []
+  for rel, named in blocks(root, claims).items():
+    text = (root / rel).read_text()
+    for name, body in named.items():
+      if replace_block(text, name, body, rel) != text:
+        stale.append(f"{rel}: block {name!r}")
+  return stale
+
+
+def write_blocks(root: pathlib.Path, claims: Sequence[Claim]) -> list[str]:
+  written = []
+  for rel, named in blocks(root, claims).items():
+    path = root / rel
+    text = original = path.read_text()
+    for name, body in named.items():
+      text = replace_block(text, name, body, rel)
+    if text != original:
+      tmp = path.with_suffix(path.suffix + ".tmp")
+      tmp.write_text(text)
+      os.replace(tmp, path)
+      written.append(rel)
+  return written
+
+
+# ---------------------------------------------------------------------------------------
+# The binary
+
+flags.DEFINE_list(
+  "paper",
+  [],
+  "the claims files to read (stems of docs/reproductions/claims/*.yaml); all by default",
+)
+flags.DEFINE_bool("write", False, "rewrite the generated blocks of the docs")
+flags.DEFINE_bool("check", False, "exit 1 when a generated block in the docs is out of date")
+FLAGS = flags.FLAGS
+
+
+def main(argv: list[str]) -> int:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  try:
+    claims = load(ROOT, FLAGS.paper)
+    print(report(claims))
+    if FLAGS.write or FLAGS.check:
+      if FLAGS.paper:
+        raise ClaimsError("--write and --check read every claim: leave out --paper")
+      if FLAGS.write:
+        for rel in write_blocks(ROOT, claims):
+          print(f"wrote {rel}")
+      stale = stale_blocks(ROOT, claims)
+      if stale:
+        print("out of date (python -m experiments.claims --write):\n  " + "\n  ".join(stale))
+        return 1
+  except ClaimsError as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  return 0
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,203 @@
+"""The verdict engine (experiments/claims.py): its rule on hand-worked cases, its reading of
+committed files, and the schema's one-line errors."""
+
+import json
+import math
+
+import pytest
+from scipy import stats
+
+from experiments import claims as C
+
+
+def paired(a, b):
+  return C.Effect(C.difference(C.Sample.of(dict(enumerate(a))), C.Sample.of(dict(enumerate(b)))))
+
+
+# d = a - b = (0.5, 0.6, 0.4): mean 0.5, sd 0.1, se 0.1 / sqrt(3) = 0.05774, t = 8.660 with 2
+# degrees of freedom; for df = 2 the two-sided p is 1 - t / sqrt(t^2 + 2) = 0.01307 and
+# t_0.975(2) = 4.303, so the interval is 0.5 ± 0.2484.
+A, B = (1.0, 2.0, 3.0), (0.5, 1.4, 2.6)
+
+
+def test_paired_effect_by_hand():
+  e = paired(A, B)
+  assert e.mean == pytest.approx(0.5)
+  assert e.t == pytest.approx(8.660, abs=1e-3)
+  assert e.p == pytest.approx(1 - 8.6603 / math.sqrt(8.6603**2 + 2), abs=1e-4)
+  assert e.p == pytest.approx(0.01307, abs=1e-4)
+  assert (e.low, e.high) == pytest.approx((0.5 - 0.2484, 0.5 + 0.2484), abs=1e-3)
+  assert e.p == pytest.approx(stats.ttest_rel(A, B).pvalue)
+
+
+def test_direction_words():
+  assert C.direction_verdict(paired(A, B), higher=True).word == C.REPRODUCED
+  # the opposite sign, significant
+  assert C.direction_verdict(paired(A, B), higher=False).word == C.NOT_REPRODUCED
+  # the paper's sign and significant, but the paper states a size of 3 the interval misses
+  assert C.direction_verdict(paired(A, B), higher=True, size=3.0).word == C.NOT_REPRODUCED
+  # ... and a size of 0.7 the interval [0.25, 0.75] reaches
+  assert C.direction_verdict(paired(A, B), higher=True, size=0.7).word == C.REPRODUCED
+  # two seeds of a large effect: below 3 seeds, inconclusive
+  assert C.direction_verdict(paired(A[:2], B[:2]), higher=True).word == C.INCONCLUSIVE
+  # noise: d = (1, -1, 0.5): not significant
+  assert C.direction_verdict(paired((1, 0, 1), (0, 1, 0.5)), higher=True).word == C.INCONCLUSIVE
+
+
+def test_one_seed_is_marked():
+  v = C.direction_verdict(paired(A[:1], B[:1]), higher=True)
+  assert (v.word, v.label()) == (C.INCONCLUSIVE, "inconclusive (one seed)")
+  v = C.value_verdict(C.Sample.of({0: 0.31}), paper=0.30, tolerance=0.02)
+  assert v.label() == "reproduced (one seed)"
+
+
+def test_welch_from_a_tables_mean_and_std():
+  # 10 ± 1 and 8 ± 1 over 3 seeds (population std): sample sd sqrt(1.5), se 1/sqrt(2) each,
+  # the difference's se 1, t = 2, Welch's df (0.5 + 0.5)^2 / (0.25/2 + 0.25/2) = 4.
+  e = C.Effect(C.difference(C.Sample.from_stats(10, 1, 3), C.Sample.from_stats(8, 1, 3)))
+  assert (e.mean, e.t, e.sample.df) == pytest.approx((2.0, 2.0, 4.0))
+  sd = math.sqrt(1.5)
+  want = stats.ttest_ind_from_stats(10, sd, 3, 8, sd, 3, equal_var=False)
+  assert e.p == pytest.approx(want.pvalue)
+  assert e.p == pytest.approx(0.1161, abs=1e-4)
+  assert C.direction_verdict(e, higher=True).word == C.INCONCLUSIVE
+
+
+def test_value_words():
+  check = lambda vals: C.value_verdict(C.Sample.of(dict(enumerate(vals))), 19.8, 2.0).word
+  assert check((19.0, 20.5, 21.5)) == C.REPRODUCED  # every seed in [17.8, 21.8]
+  # 22 is out, but the mean's interval 20.5 ± 3.73 overlaps the band
+  assert check((19.0, 20.5, 22.0)) == C.INCONCLUSIVE
+  assert check((30.0, 31.0, 32.0)) == C.NOT_REPRODUCED  # 31 ± 2.48 lies above 21.8
+  assert check((25.0,)) == C.NOT_REPRODUCED  # one seed, outside
+
+
+def test_equivalence_and_not_worse():
+  eq = lambda d, m: C.equivalence_verdict(paired(d, (0, 0, 0)), m).word
+  assert eq((0.1, -0.1, 0.0), 1.0) == C.REPRODUCED  # 0 ± 0.248 inside ± 1
+  assert eq((5.0, 5.1, 4.9), 1.0) == C.NOT_REPRODUCED  # 5 ± 0.248, significant, outside
+  assert eq((1.0, -1.0, 0.5), 1.0) == C.INCONCLUSIVE  # 0.17 ± 2.5
+  nw = lambda d, m: C.equivalence_verdict(paired(d, (0, 0, 0)), m, worse_only=1).word
+  assert nw((-0.2, -0.1, 0.0), 1.0) == C.REPRODUCED  # worse end -0.348 above -1
+  assert nw((-5.0, -5.1, -4.9), 1.0) == C.NOT_REPRODUCED
+  assert nw((5.0, 5.1, 4.9), 1.0) == C.REPRODUCED  # better is never worse
+
+
+def test_combine_words():
+  v = lambda w: C.Verdict(w, "", (0, 1, 2), 3)
+  R, N, Inc, P, M = (
+    v(w) for w in (C.REPRODUCED, C.NOT_REPRODUCED, C.INCONCLUSIVE, C.PARTLY, C.NOT_MEASURABLE)
+  )
+  word = lambda *ps: C.combine([(str(i), p) for i, p in enumerate(ps)]).word
+  assert word(R, R) == C.REPRODUCED
+  assert word(N, N) == C.NOT_REPRODUCED
+  assert word(R, N) == C.PARTLY
+  assert word(R, Inc) == C.INCONCLUSIVE
+  assert word(N, Inc) == C.INCONCLUSIVE
+  assert word(R, P) == C.PARTLY
+  assert word(M) == C.NOT_MEASURABLE
+  assert word(R, M) == C.REPRODUCED
+
+
+def write_run(folder, seed, accuracies, losses=None, rounds=None):
+  d = folder / f"seed{seed}"
+  d.mkdir(parents=True)
+  losses = losses or [1.0 - a for a in accuracies]
+  with open(d / "metrics.jsonl", "w") as f:
+    for r, (a, loss) in enumerate(zip(accuracies, losses), start=1):
+      f.write(json.dumps({"round": r, "test_accuracy": a, "test_loss": loss}) + "\n")
+  summary = {
+    "final_test_accuracy": accuracies[-1],
+    "final_test_loss": losses[-1],
+    "rounds": rounds or len(accuracies),
+    "sampling_counts": [1, 2, 3],
+  }
+  (d / "summary.json").write_text(json.dumps(summary))
+
+
+def test_cell_metrics_and_a_censored_round(tmp_path):
+  cells = tmp_path / "study" / "cells"
+  for seed in range(3):
+    write_run(cells / "random", seed, [0.5, 0.8, 0.9, 0.9])
+    write_run(cells / "new", seed, [0.5, 0.85 + 0.01 * seed, 0.9, 0.95])
+  spec = lambda cell, metric, **kw: {"cells": "study/cells", "cell": cell, "metric": metric, **kw}
+  read = lambda s: C.read_value(tmp_path, s, [0, 1, 2], "test")
+  assert read(spec("new", "final_accuracy")).values == pytest.approx({0: 95, 1: 95, 2: 95})
+  assert read(spec("random", "best_loss")).mean == pytest.approx(0.1)
+  assert read(spec("random", "mean_accuracy")).mean == pytest.approx(77.5)
+  # |0.8-0.5|, |0.9-0.8|, 0: mean 0.1333 (in points: 13.33)
+  assert read(spec("random", "fluctuation", of="test_accuracy")).mean == pytest.approx(40 / 3)
+  assert read(spec("random", "sampling_count_std")).mean == pytest.approx(math.sqrt(2 / 3))
+  # R@99 of Random's best (0.9): target 0.891, reached at round 3 by both
+  r = read(spec("new", "rounds_to", reference="random"))
+  assert r.values == {0: 3.0, 1: 3.0, 2: 3.0} and r.censored == 0
+  # a target no run reaches: the bound rounds + 1, counted as censored
+  r = read(spec("random", "rounds_to", target=99))
+  assert r.values == {0: 5.0, 1: 5.0, 2: 5.0} and r.censored == 3
+  # only the seeds asked for
+  assert C.read_value(tmp_path, spec("new", "final_accuracy"), [1], "t").seeds == (1,)
+
+
+def test_table_values(tmp_path):
+  (tmp_path / "t.csv").write_text(
+    "method,acc,seed\nA,81.26 ± 0.17,0\nB,−1.5,0\nA,80,1\nA,82,2\n", encoding="utf-8"
+  )
+  read = lambda s, seeds=(0, 1, 2): C.read_value(tmp_path, s, list(seeds), "test")
+  per_seed = read(
+    {"table": "t.csv", "row": {"method": "A"}, "column": "acc", "seed_column": "seed"}
+  )
+  assert per_seed.values == {0: 81.26, 1: 80.0, 2: 82.0}
+  s = read({"table": "t.csv", "row": {"method": "B"}, "column": "acc"}, seeds=(0,))
+  assert (s.mean, s.n) == (-1.5, 1)
+  with pytest.raises(C.ClaimsError, match="3 rows of t.csv match"):
+    read({"table": "t.csv", "row": {"method": "A"}, "column": "acc"})
+  with pytest.raises(C.ClaimsError, match="no column 'nope'"):
+    read({"table": "t.csv", "row": {"method": "B"}, "column": "nope"})
+  with pytest.raises(C.ClaimsError, match="missing.csv is not committed"):
+    read({"table": "missing.csv", "row": {}, "column": "acc"})
+
+
+def test_schema_errors_name_the_field(tmp_path):
+  with pytest.raises(C.ClaimsError, match="kind 'bigger'; allowed: direction"):
+    C.evaluate(tmp_path, {"kind": "bigger"}, [0], "claim 1")
+  with pytest.raises(C.ClaimsError, match="metric 'speed'; allowed"):
+    C.read_value(tmp_path, {"cells": "x", "cell": "y", "metric": "speed"}, [0], "claim 1")
+  with pytest.raises(C.ClaimsError, match="not_measurable needs a 'reason'"):
+    C.evaluate(tmp_path, {"kind": "not_measurable"}, [0], "claim 1")
+  with pytest.raises(C.ClaimsError, match=r"--paper='fedxx'; allowed: "):
+    C.load(C.ROOT, ["fedxx"])
+
+
+def test_trend_is_a_chain_of_directions(tmp_path):
+  # per-seed gains at three swept values: 1.0 -> 2.0 (up on every seed) -> 1.5 (down)
+  rows = [
+    f"{x},{s},{g + 0.1 * (s - 1)}"
+    for x, g in (("a", 1.0), ("b", 2.0), ("c", 1.5))
+    for s in range(3)
+  ]
+  (tmp_path / "t.csv").write_text("x,seed,gain\n" + "\n".join(rows) + "\n")
+  point = lambda x: {
+    "table": "t.csv",
+    "row": {"x": x},
+    "column": "gain",
+    "seed_column": "seed",
+    "label": x,
+  }
+  check = {"kind": "trend", "increasing": True, "points": [point("a"), point("b"), point("c")]}
+  v = C.evaluate(tmp_path, check, [0, 1, 2], "claim")
+  assert [(label, p.word) for label, p in v.parts] == [
+    ("a → b", C.REPRODUCED),
+    ("b → c", C.NOT_REPRODUCED),
+  ]
+  assert v.word == C.PARTLY
+  check["points"] = check["points"][:2]
+  assert C.evaluate(tmp_path, check, [0, 1, 2], "claim").word == C.REPRODUCED
+
+
+def test_generated_block_replacement_and_staleness():
+  text = f"head\n{C.begin('x')}\nold\n{C.end('x')}\ntail\n"
+  new = C.replace_block(text, "x", "new", "f.md")
+  assert new == f"head\n{C.begin('x')}\nnew\n{C.end('x')}\ntail\n"
+  assert C.replace_block(new, "x", "new", "f.md") == new
+  with pytest.raises(C.ClaimsError, match="f.md has no generated block 'y'"):
+    C.replace_block(text, "y", "new", "f.md")
