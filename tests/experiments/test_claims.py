@@ -201,3 +201,18 @@ def test_generated_block_replacement_and_staleness():
   assert C.replace_block(new, "x", "new", "f.md") == new
   with pytest.raises(C.ClaimsError, match="f.md has no generated block 'y'"):
     C.replace_block(text, "y", "new", "f.md")
+
+
+def test_markdown_table_values(tmp_path):
+  (tmp_path / "t.md").write_text(
+    "# picks\n\n| scenario | rounds 1-50 |\n|---|---|\n| 1 excl | 21 ± 3.0 |\n\ntext\n\n"
+    "| other | x |\n|---|---|\n| a | 1 |\n"
+  )
+  s = C.read_value(
+    tmp_path,
+    {"table": "t.md", "row": {"scenario": "1 excl"}, "column": "rounds 1-50"},
+    [0, 1, 2],
+    "t",
+  )
+  assert (s.mean, s.n) == (21.0, 3)
+  assert s.se == pytest.approx(3.0 * math.sqrt(3 / 2) / math.sqrt(3))
