@@ -374,8 +374,22 @@ def _read_jsonl(path: str) -> tuple[dict, ...]:
 
 @functools.cache
 def _read_csv(path: str) -> tuple[dict, ...]:
+  """The rows of a committed CSV, or of every Markdown table in a committed .md file (each
+  row keyed by its own table's header)."""
   with open(path, newline="") as f:
-    return tuple(csv.DictReader(f))
+    if not path.endswith(".md"):
+      return tuple(csv.DictReader(f))
+    rows, header = [], None
+    for line in f:
+      if not line.startswith("|"):
+        header = None
+        continue
+      cells = [c.strip() for c in line.strip().strip("|").split("|")]
+      if header is None:
+        header = cells
+      elif not set("".join(cells)) <= set("-: "):
+        rows.append(dict(zip(header, cells)))
+    return tuple(rows)
 
 
 def _evaluated(history: Sequence[dict]) -> list[dict]:

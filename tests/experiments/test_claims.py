@@ -164,8 +164,19 @@ def test_schema_errors_name_the_field(tmp_path):
     C.read_value(tmp_path, {"cells": "x", "cell": "y", "metric": "speed"}, [0], "claim 1")
   with pytest.raises(C.ClaimsError, match="not_measurable needs a 'reason'"):
     C.evaluate(tmp_path, {"kind": "not_measurable"}, [0], "claim 1")
-  with pytest.raises(C.ClaimsError, match=r"--paper='fedxx'; allowed: "):
-    C.load(C.ROOT, ["fedxx"])
+  claims_dir = tmp_path / C.CLAIMS_DIR
+  claims_dir.mkdir(parents=True)
+  (claims_dir / "fedgs.yaml").write_text("paper: FedGS\npage: fedgs.md\nclaims: []\n")
+  with pytest.raises(C.ClaimsError, match=r"--paper='fedxx'; allowed: fedgs"):
+    C.load(tmp_path, ["fedxx"])
+  (claims_dir / "fedgs.yaml").write_text("paper: FedGS\nclaims: []\n")
+  with pytest.raises(C.ClaimsError, match="fedgs.yaml: needs 'paper', 'page' and 'claims'"):
+    C.load(tmp_path)
+  (claims_dir / "fedgs.yaml").write_text(
+    "paper: FedGS\npage: fedgs.md\nclaims:\n- {id: 1, claim: c, setups: [], verdict: x}\n"
+  )
+  with pytest.raises(C.ClaimsError, match="claim 1: keys .*'verdict'.*; allowed"):
+    C.load(tmp_path)
 
 
 def test_trend_is_a_chain_of_directions(tmp_path):
