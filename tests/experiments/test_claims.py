@@ -227,3 +227,24 @@ def test_markdown_table_values(tmp_path):
   )
   assert (s.mean, s.n) == (21.0, 3)
   assert s.se == pytest.approx(3.0 * math.sqrt(3 / 2) / math.sqrt(3))
+
+
+def test_pending_runs_are_not_measurable_and_a_typo_is_an_error(tmp_path):
+  claims_dir = tmp_path / C.CLAIMS_DIR
+  claims_dir.mkdir(parents=True)
+  (tmp_path / "results").mkdir()
+  check = "{kind: value, paper: 1, tolerance: 1, of: {cells: s/cells, cell: x, metric: final_loss}}"
+  setup = f"{{setup: a, check: {check}, pending: 'python -m experiments.x (1 h)'}}"
+  (claims_dir / "p.yaml").write_text(
+    f"paper: P\npage: p.md\nclaims:\n- {{id: 1, claim: c, setups: [{setup}]}}\n"
+  )
+  (v,) = C.load(tmp_path)
+  assert (v.main.word, v.main.evidence) == (
+    C.NOT_MEASURABLE,
+    "runs not committed: python -m experiments.x (1 h)",
+  )
+  (claims_dir / "p.yaml").write_text(
+    f"paper: P\npage: p.md\nclaims:\n- {{id: 1, claim: c, setups: [{{check: {check}}}]}}\n"
+  )
+  with pytest.raises(C.ClaimsError, match="s/cells/x is not committed"):
+    C.load(tmp_path)
