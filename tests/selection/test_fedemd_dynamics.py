@@ -9,7 +9,7 @@ in 49 parts, as ``experiments/fedemd.py``'s ``maverick_partition``), alpha 0.15,
 
 Measured by this file over 12 seeds (mean rounds per 50-round block with the Maverick in the
 cohort): ``current="distribution"`` 20.3 / 6.7 / 2.5 / 0.5, ``current="counts"`` 26.8 / 19.3 /
-12.3 / 6.2 (docs/reproductions/fedemd.md).
+12.3 / 6.2 (docs/reproductions/fedemd_appendix.md).
 """
 
 from __future__ import annotations
