@@ -630,6 +630,7 @@ class Claim:
   paper_says: str
   setups: list[tuple[str, Verdict]]
   note: str = ""
+  pending: list[str] = dataclasses.field(default_factory=list)  # per set-up: runs to commit
 
   @property
   def main(self) -> Verdict:
@@ -694,6 +695,7 @@ def load_file(root: pathlib.Path, path: pathlib.Path) -> list[Claim]:
         entry.get("paper_says", ""),
         setups,
         entry.get("note", ""),
+        [s.get("pending", "") for s in entry["setups"]],
       )
     )
   return out
@@ -779,31 +781,69 @@ def page_table(claims: Sequence[Claim]) -> str:
 
 
 def readme_table(claims: Sequence[Claim]) -> str:
+  """The README's five rows: each paper's tally and its claims by word, linked."""
   by_paper: dict[str, list[Claim]] = {}
   for c in claims:
     by_paper.setdefault(c.paper, []).append(c)
-  lines = ["| paper | verdicts of its claims | page |", "|---|---|---|"]
+  lines = [
+    "| paper | tally | reproduced | partly | not reproduced | inconclusive | not measurable |",
+    "|---|---|---|---|---|---|---|",
+  ]
   for paper, cs in by_paper.items():
-    page = cs[0].page
+    page = f"docs/reproductions/{cs[0].page}"
+    cols = []
+    for w in WORDS:
+      ids = [c for c in cs if c.main.word == w]
+      cols.append(", ".join(f"[{c.id}]({page}#claim-{c.id})" for c in ids) or "-")
+    reproduced, not_reproduced, partly, inconclusive, not_measurable = cols
     lines.append(
-      f"| {paper} | {tally_text(cs)} | [{page}](docs/reproductions/{page}#in-one-minute) |"
+      f"| [{paper}]({page}#in-one-minute) | {tally_text(cs)} | {reproduced} | {partly} | "
+      f"{not_reproduced} | {inconclusive} | {not_measurable} |"
     )
   return "\n".join(lines)
 
 
+def open_work(claims: Sequence[Claim]) -> str:
+  """The main verdicts resting on one seed and the set-ups whose runs are not committed."""
+  lines = []
+  for c in claims:
+    for i, (label, v) in enumerate(c.setups):
+      where = f"claim {c.id}" + (f" ({label})" if label else "")
+      if v.evidence.startswith("runs not committed: "):
+        lines.append(f"- {where}: {v.evidence}")
+      elif i == 0 and v.one_seed:
+        more = c.pending[i]
+        cost = f"; the other seeds: {more}" if more else "; the cost of more seeds is not stated"
+        lines.append(f"- {where}: rests on one seed ({seeds_text(v.seeds, v.n)}){cost}")
+  return "\n".join(lines) or "- none"
+
+
+def _study_folder(path: str) -> str:
+  """The study folder a claim's path is in: the part before ``/cells``, or a table's folder."""
+  if "/cells" in f"/{path}":
+    return path.split("/cells")[0] if not path.startswith("cells") else "."
+  return path if not re.search(r"\.(csv|md|json|jsonl)$", path) else os.path.dirname(path)
+
+
+def committed_seeds(folder: pathlib.Path) -> list[int]:
+  """The seeds of every ``seed<k>/summary.json`` under ``folder``."""
+  return sorted({int(p.parent.name[4:]) for p in folder.rglob("seed*/summary.json")})
+
+
 def results_index(root: pathlib.Path, claims: Sequence[Claim]) -> str:
-  """results/README.md's index: each top-level results folder, the claims that read it."""
+  """results/README.md's index: each folder a verdict reads, its committed per-seed runs
+  and the claims that read it."""
   reads: dict[str, set[int]] = {}
   for c in claims:
     for path in _paths_of(root, c):
-      top = path.split("/")[0]
-      reads.setdefault(top, set()).add(c.id)
-  lines = ["| folder | claims whose verdict reads it |", "|---|---|"]
-  for folder in sorted(os.listdir(root / "results")):
-    if not (root / "results" / folder).is_dir():
-      continue
-    ids = sorted(reads.get(folder, ()))
-    lines.append(f"| `{folder}/` | {', '.join(map(str, ids)) if ids else '-'} |")
+      reads.setdefault(_study_folder(path), set()).add(c.id)
+  lines = ["| folder | per-seed runs committed | claims whose verdict reads it |", "|---|---|---|"]
+  for folder in sorted(reads):
+    seeds = committed_seeds(root / "results" / folder)
+    runs = len(list((root / "results" / folder).rglob("seed*/summary.json")))
+    held = f"{runs} runs, {seeds_text(seeds, 0)}" if seeds else "tables only"
+    ids = ", ".join(str(i) for i in sorted(reads[folder]))
+    lines.append(f"| `{folder}/` | {held} | {ids} |")
   return "\n".join(lines)
 
 
@@ -868,7 +908,11 @@ def blocks(root: pathlib.Path, claims: Sequence[Claim]) -> dict[str, dict[str, s
   """{file (relative to root): {block name: text}} of every generated block."""
   index_paths(root)
   out: dict[str, dict[str, str]] = {
-    "docs/reproductions/README.md": {"claims": claims_table(claims), "rule": RULE},
+    "docs/reproductions/README.md": {
+      "rule": RULE,
+      "claims": claims_table(claims),
+      "open": open_work(claims),
+    },
     "README.md": {"verdicts": readme_table(claims)},
     "results/README.md": {"index": results_index(root, claims)},
   }
