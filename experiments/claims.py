@@ -72,13 +72,15 @@ WORDS = (REPRODUCED, NOT_REPRODUCED, PARTLY, INCONCLUSIVE, NOT_MEASURABLE)
 
 RULE = (
   "A direction (A better than B) is reproduced when A - B has the paper's sign with "
-  "p < 0.05 over at least 3 seeds (and its 95 % interval reaches the paper's size where "
+  "p < 0.05 over at least 3 seeds (with no spread over the seeds, the sign alone decides: "
+  "no difference is not the paper's direction) (and its 95 % interval reaches the paper's size where "
   "one is stated), not reproduced when the opposite sign is significant or the interval "
   "lies below the paper's size, inconclusive otherwise. A value is reproduced when every "
   "seed is within the stated tolerance of the paper's number, not reproduced when the 95 % "
   "interval of our mean lies outside it (one seed: when that seed does), inconclusive "
   "otherwise. An equivalence within a margin is reproduced when the interval of A - B lies "
-  "inside ± margin, not reproduced when A - B is significant and outside it. A claim of "
+  "inside ± margin, not reproduced when A - B is significant and outside it; where the paper "
+  "states no margin, it is one accuracy point, the same for every paper. A claim of "
   "several parts is reproduced when every part is, not reproduced when no part is, partly "
   "when some parts are and some are not, inconclusive otherwise."
 )
@@ -247,7 +249,12 @@ def direction_verdict(
   says A's value is the larger, ``size`` the least |A - B| the paper states (if any)."""
   sign = 1.0 if higher else -1.0
   s = effect.sample
-  if effect.n >= MIN_SEEDS and effect.significant():
+  if effect.n >= MIN_SEEDS and s.se == 0:
+    # no spread over the seeds (a deterministic quantity, or a table's "x ± 0.00" arms):
+    # the sign decides, and no difference at all is not the paper's direction
+    reaches = size is None or effect.mean * sign >= size
+    word = REPRODUCED if effect.mean * sign > 0 and reaches else NOT_REPRODUCED
+  elif effect.n >= MIN_SEEDS and effect.significant():
     if effect.mean * sign > 0:
       reaches = size is None or max(effect.low * sign, effect.high * sign) >= size
       word = REPRODUCED if reaches else NOT_REPRODUCED

@@ -248,3 +248,16 @@ def test_pending_runs_are_not_measurable_and_a_typo_is_an_error(tmp_path):
   )
   with pytest.raises(C.ClaimsError, match="s/cells/x is not committed"):
     C.load(tmp_path)
+
+
+def test_no_spread_over_seeds_the_sign_decides():
+  # CR saving 0.00 ± 0.00 % against 0.00 ± 0.00 %: exactly no difference on every seed
+  zero = C.Effect(C.difference(C.Sample.from_stats(0, 0, 3), C.Sample.from_stats(0, 0, 3)))
+  assert C.direction_verdict(zero, higher=True).word == C.NOT_REPRODUCED
+  same = C.Effect(
+    C.difference(C.Sample.of({0: 2.0, 1: 3.0, 2: 4.0}), C.Sample.of({0: 1.0, 1: 2.0, 2: 3.0}))
+  )
+  assert (same.mean, same.p) == (1.0, 0.0)
+  assert C.direction_verdict(same, higher=True).word == C.REPRODUCED
+  assert C.direction_verdict(same, higher=False).word == C.NOT_REPRODUCED
+  assert C.direction_verdict(same, higher=True, size=2.0).word == C.NOT_REPRODUCED
