@@ -72,17 +72,18 @@ WORDS = (REPRODUCED, NOT_REPRODUCED, PARTLY, INCONCLUSIVE, NOT_MEASURABLE)
 
 RULE = (
   "A direction (A better than B) is reproduced when A - B has the paper's sign with "
-  "p < 0.05 over at least 3 seeds (with no spread over the seeds, the sign alone decides: "
-  "no difference is not the paper's direction) (and its 95 % interval reaches the paper's size where "
-  "one is stated), not reproduced when the opposite sign is significant or the interval "
-  "lies below the paper's size, inconclusive otherwise. A value is reproduced when every "
-  "seed is within the stated tolerance of the paper's number, not reproduced when the 95 % "
-  "interval of our mean lies outside it (one seed: when that seed does), inconclusive "
-  "otherwise. An equivalence within a margin is reproduced when the interval of A - B lies "
-  "inside ± margin, not reproduced when A - B is significant and outside it; where the paper "
-  "states no margin, it is one accuracy point, the same for every paper. A claim of "
-  "several parts is reproduced when every part is, not reproduced when no part is, partly "
-  "when some parts are and some are not, inconclusive otherwise."
+  "p < 0.05 over at least 3 seeds and its 95 % interval reaches the paper's size where one "
+  "is stated; not reproduced when the opposite sign is significant or the interval lies "
+  "below the paper's size; inconclusive otherwise (fewer than 3 seeds included). With no "
+  "spread over the seeds the sign alone decides, and no difference is not the paper's "
+  "direction. A value is reproduced when every seed is within the stated tolerance of the "
+  "paper's number, not reproduced when the 95 % interval of our mean lies outside it (one "
+  "seed: when that seed does), inconclusive otherwise. An equivalence within a margin is "
+  "reproduced when the interval of A - B lies inside ± margin, not reproduced when A - B is "
+  "significant and outside it; where the paper states no margin, it is one accuracy point, "
+  "the same for every paper. A claim of several parts is reproduced when every part is, not "
+  "reproduced when no part is, partly when some parts are and some are not, inconclusive "
+  "otherwise."
 )
 
 
