@@ -27,8 +27,9 @@ same for every paper:
   interval's worse end is above -m, *not reproduced* when it is significantly worse by more
   than m.
 * A claim of several parts (an order of methods, a trend over a swept parameter, one claim
-  in several modes) is *reproduced* when every part is, *not reproduced* when every part is
-  not, *partly* when some parts are reproduced and some are not, *inconclusive* otherwise.
+  in several modes) is *reproduced* when every part is, *not reproduced* when some part is
+  not and none is (the claim asserts every part), *partly* when some parts are reproduced
+  and some are not, *inconclusive* otherwise.
 * *Not measurable* names what is missing (a dataset, a model) and its cost.
 
 Effects pair by seed (``fedjax_sel.metrics.stats.paired``, Student's t over the seeds both
@@ -81,9 +82,9 @@ RULE = (
   "seed: when that seed does), inconclusive otherwise. An equivalence within a margin is "
   "reproduced when the interval of A - B lies inside ± margin, not reproduced when A - B is "
   "significant and outside it; where the paper states no margin, it is one accuracy point, "
-  "the same for every paper. A claim of several parts is reproduced when every part is, not "
-  "reproduced when no part is, partly when some parts are and some are not, inconclusive "
-  "otherwise."
+  "the same for every paper. A claim of several parts (every mode, every baseline, each step "
+  "of a trend) is reproduced when every part is, not reproduced when some part is not and "
+  "none is, partly when some parts are and some are not, inconclusive otherwise."
 )
 
 
@@ -341,8 +342,8 @@ def combine(parts: list[tuple[str, Verdict]]) -> Verdict:
     word = NOT_MEASURABLE
   elif all(w == REPRODUCED for w in measured):
     word = REPRODUCED
-  elif all(w == NOT_REPRODUCED for w in measured):
-    word = NOT_REPRODUCED
+  elif NOT_REPRODUCED in measured and REPRODUCED not in measured and PARTLY not in measured:
+    word = NOT_REPRODUCED  # a claim of several parts asserts each: one refuted part refutes it
   elif REPRODUCED in measured and (NOT_REPRODUCED in measured or PARTLY in measured):
     word = PARTLY
   elif PARTLY in measured:

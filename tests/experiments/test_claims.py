@@ -93,7 +93,8 @@ def test_combine_words():
   assert word(N, N) == C.NOT_REPRODUCED
   assert word(R, N) == C.PARTLY
   assert word(R, Inc) == C.INCONCLUSIVE
-  assert word(N, Inc) == C.INCONCLUSIVE
+  assert word(N, Inc) == C.NOT_REPRODUCED  # one refuted part refutes the claim
+  assert word(Inc, Inc) == C.INCONCLUSIVE
   assert word(R, P) == C.PARTLY
   assert word(M) == C.NOT_MEASURABLE
   assert word(R, M) == C.REPRODUCED
