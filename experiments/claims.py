@@ -20,6 +20,8 @@ same for every paper:
   seed is within the tolerance, *not reproduced* when the 95 % interval of our mean lies
   outside paper ± tolerance (with one seed: when that seed is outside), *inconclusive*
   otherwise.
+* A **bound** ("at most 5 %") is decided as a value: kept by every seed, or exceeded by the
+  95 % interval of our mean.
 * An **equivalence** ("A does as well as B", within a stated margin) is *reproduced* when the
   95 % interval of A - B lies inside ± margin, *not reproduced* when the difference is
   significant and its interval lies outside ± margin, *inconclusive* otherwise. A
@@ -79,7 +81,8 @@ RULE = (
   "spread over the seeds the sign alone decides, and no difference is not the paper's "
   "direction. A value is reproduced when every seed is within the stated tolerance of the "
   "paper's number, not reproduced when the 95 % interval of our mean lies outside it (one "
-  "seed: when that seed does), inconclusive otherwise. An equivalence within a margin is "
+  "seed: when that seed does), inconclusive otherwise; a bound the paper states (at most, "
+  "at least) likewise. An equivalence within a margin is "
   "reproduced when the interval of A - B lies inside ± margin, not reproduced when A - B is "
   "significant and outside it; where the paper states no margin, it is one accuracy point, "
   "the same for every paper. A claim of several parts (every mode, every baseline, each step "
@@ -226,6 +229,7 @@ class Verdict:
   seeds: tuple[int, ...] = ()
   n: int = 0
   parts: list[tuple[str, Verdict]] = dataclasses.field(default_factory=list)
+  detail: str = ""  # the evidence without its seeds (parts sharing their seeds name them once)
 
   @property
   def one_seed(self) -> bool:
@@ -270,10 +274,10 @@ def direction_verdict(
     word = NOT_REPRODUCED
   else:
     word = INCONCLUSIVE
-  evidence = f"{effect.text(unit, digits)} ({seeds_text(s.seeds, s.n)})"
+  detail = effect.text(unit, digits)
   if s.censored:
-    evidence += f"; {s.censored} value(s) a bound (not reached)"
-  return Verdict(word, evidence, s.seeds, effect.n)
+    detail += f", {s.censored} value(s) a bound (not reached)"
+  return Verdict(word, f"{detail} ({seeds_text(s.seeds, s.n)})", s.seeds, effect.n, detail=detail)
 
 
 def value_verdict(
@@ -298,11 +302,35 @@ def value_verdict(
     word = INCONCLUSIVE
   f = functools.partial(_num, digits=digits)
   interval = f" [{f(effect.low)}, {f(effect.high)}]" if math.isfinite(effect.low) else ""
-  evidence = (
-    f"{f(s.mean)}{unit}{interval} vs paper {f(paper)}{unit} ± {f(tolerance)} "
-    f"({seeds_text(s.seeds, s.n)})"
-  )
-  return Verdict(word, evidence, s.seeds, s.n)
+  detail = f"{f(s.mean)}{unit}{interval} vs paper {f(paper)}{unit} ± {f(tolerance)}"
+  return Verdict(word, f"{detail} ({seeds_text(s.seeds, s.n)})", s.seeds, s.n, detail=detail)
+
+
+def bound_verdict(
+  s: Sample, bound: float, at_most: bool, unit: str = "", digits: int = 3
+) -> Verdict:
+  """The rule for "at most / at least the paper's bound": reproduced when every seed keeps
+  it, not reproduced when the 95 % interval of our mean lies beyond it (one seed: when it
+  does), inconclusive otherwise."""
+  sign = 1.0 if at_most else -1.0  # sign * (value - bound) <= 0 keeps the bound
+  effect = Effect(s)
+  if s.values is not None:
+    kept = all(sign * (v - bound) <= 0 for v in s.values.values())
+  else:
+    spread = s.se * math.sqrt(s.n) if s.n > 1 else 0.0
+    kept = sign * (s.mean + sign * spread - bound) <= 0
+  if kept:
+    word = REPRODUCED
+  elif s.n == 1:
+    word = NOT_REPRODUCED
+  elif math.isfinite(effect.low) and sign * ((effect.low if at_most else effect.high) - bound) > 0:
+    word = NOT_REPRODUCED
+  else:
+    word = INCONCLUSIVE
+  f = functools.partial(_num, digits=digits)
+  interval = f" [{f(effect.low)}, {f(effect.high)}]" if math.isfinite(effect.low) else ""
+  detail = f"{f(s.mean)}{unit}{interval} vs paper {'≤' if at_most else '≥'} {f(bound)}{unit}"
+  return Verdict(word, f"{detail} ({seeds_text(s.seeds, s.n)})", s.seeds, s.n, detail=detail)
 
 
 def equivalence_verdict(
@@ -327,11 +355,8 @@ def equivalence_verdict(
     word = REPRODUCED if ok else NOT_REPRODUCED
   else:
     word = INCONCLUSIVE
-  evidence = (
-    f"{effect.text(unit, digits)} within ± {_num(margin, digits)}{unit} "
-    f"({seeds_text(s.seeds, s.n)})"
-  )
-  return Verdict(word, evidence, s.seeds, effect.n)
+  detail = f"{effect.text(unit, digits)} within ± {_num(margin, digits)}{unit}"
+  return Verdict(word, f"{detail} ({seeds_text(s.seeds, s.n)})", s.seeds, effect.n, detail=detail)
 
 
 def combine(parts: list[tuple[str, Verdict]]) -> Verdict:
@@ -446,6 +471,16 @@ def _metric_sampling_count_std(summary, history, spec):
   return float(np.std(np.asarray(summary["sampling_counts"], np.float64)))
 
 
+def _metric_last(summary, history, spec):
+  """A metrics.jsonl field (``key``) at the last record that holds it (e.g. the per-client
+  accuracy statistics, logged at the final evaluation)."""
+  key = spec.get("key")
+  values = [r[key] for r in history if r.get(key) is not None]
+  if not values:
+    raise ClaimsError(f"metrics.jsonl has no {key!r}")
+  return float(values[-1]) * float(spec.get("scale", 1))
+
+
 def _metric_summary(summary, history, spec):
   key = spec.get("key")
   if key not in summary:
@@ -462,6 +497,7 @@ METRICS: dict[str, Callable] = {
   "fluctuation": _metric_fluctuation,
   "sampling_count_std": _metric_sampling_count_std,
   "summary": _metric_summary,
+  "last": _metric_last,
   "rounds_to": None,  # needs the reference run: read in _cell_values
 }
 
@@ -543,7 +579,7 @@ def _table_values(root: pathlib.Path, spec: dict, seeds: Sequence[int], where: s
   mean, std = parse_mean_std(match[0][column])
   n = int(spec.get("n", len(seeds)))
   if std is None or n == 1:
-    return Sample(mean, math.nan, 0.0, 1 if std is None and n == 1 else n)
+    return Sample(mean, math.nan, 0.0, 1)  # one number, no spread committed
   return Sample.from_stats(mean, std, n)
 
 
@@ -593,6 +629,14 @@ def evaluate(root: pathlib.Path, check: dict, seeds: Sequence[int], where: str) 
   if kind == "value":
     s = read_value(root, check["of"], seeds, where)
     return value_verdict(s, float(check["paper"]), float(check["tolerance"]), unit, digits)
+  if kind == "bound":
+    s = read_value(root, check["of"], seeds, where)
+    if ("at_most" in check) == ("at_least" in check):
+      raise ClaimsError(f"{where}: a bound needs one of 'at_most', 'at_least'")
+    at_most = "at_most" in check
+    return bound_verdict(
+      s, float(check["at_most" if at_most else "at_least"]), at_most, unit, digits
+    )
   if kind in ("equivalence", "not_worse"):
     d = difference(
       read_value(root, check["a"], seeds, where), read_value(root, check["b"], seeds, where)
@@ -621,8 +665,8 @@ def evaluate(root: pathlib.Path, check: dict, seeds: Sequence[int], where: str) 
       parts.append((f"{lb} → {la}", v))
     return combine(parts)
   raise ClaimsError(
-    f"{where}: kind {kind!r}; allowed: direction, value, equivalence, not_worse, all, "
-    "trend, not_measurable"
+    f"{where}: kind {kind!r}; allowed: direction, value, bound, equivalence, not_worse, "
+    "all, trend, not_measurable"
   )
 
 
@@ -720,10 +764,32 @@ def verdict_text(c: Claim) -> str:
   return "; ".join(f"{label}: {v.label()}" for label, v in c.setups)
 
 
-def evidence_text(v: Verdict) -> str:
+def _leaves(v: Verdict) -> list[Verdict]:
+  return [x for _, p in v.parts for x in _leaves(p)] if v.parts else [v]
+
+
+def evidence_text(v: Verdict, sep: str = "; ") -> str:
+  """A verdict's evidence: a part per label (its word and effect), the seeds said once when
+  every part shares them."""
   if not v.parts:
     return v.evidence
-  return "; ".join(f"{label}: {p.word}, {evidence_text(p)}" for label, p in v.parts)
+  leaves = [x for x in _leaves(v) if x.word != NOT_MEASURABLE]
+  shared = {(x.seeds, x.n) for x in leaves}
+  if len(shared) == 1 and all(x.detail for x in leaves):
+    ((seeds, n),) = shared
+
+    def part(label: str, p: Verdict) -> str:
+      if p.parts:
+        return f"{label}: {p.word} ({', '.join(part(lb, q) for lb, q in p.parts)})"
+      return f"{label}: {p.word}, {p.detail}"
+
+    return sep.join(part(lb, p) for lb, p in v.parts) + f" ({seeds_text(seeds, n)})"
+  return sep.join(f"{label}: {p.word}, {evidence_text(p)}" for label, p in v.parts)
+
+
+def short_evidence(v: Verdict) -> str:
+  """The claims table's cell: a leaf's evidence, or a composite's count of parts by word."""
+  return v.evidence if not v.parts else v.evidence + f" ({seeds_text(v.seeds, v.n)})"
 
 
 def tally(claims: Sequence[Claim]) -> dict[str, int]:
@@ -746,7 +812,7 @@ def claims_table(claims: Sequence[Claim], link: bool = True) -> str:
     "|---|---|---|---|---|---|",
   ]
   for c in claims:
-    ev = " · ".join((f"{label}: " if label else "") + evidence_text(v) for label, v in c.setups)
+    ev = " · ".join((f"{label}: " if label else "") + short_evidence(v) for label, v in c.setups)
     claim = f"[{c.claim}]({c.page}#claim-{c.id})" if link else c.claim
     lines.append(
       f"| {c.id} | {claim} | {c.paper} | {verdict_text(c)} | {_cell(ev)} | {_cell(c.paper_says)} |"
@@ -784,7 +850,7 @@ def page_table(claims: Sequence[Claim]) -> str:
       paper = c.paper_says if i == 0 else ""
       lines.append(
         f"| {anchor} | {_cell(claim)} | {label or '-'} | {v.label()} | "
-        f"{_cell(evidence_text(v))} | {_cell(paper)} |"
+        f"{_cell(evidence_text(v, sep='<br>'))} | {_cell(paper)} |"
       )
   return "\n".join(lines)
 

@@ -3,6 +3,7 @@ committed files, and the schema's one-line errors."""
 
 import json
 import math
+import pathlib
 
 import pytest
 from scipy import stats
@@ -262,3 +263,31 @@ def test_no_spread_over_seeds_the_sign_decides():
   assert C.direction_verdict(same, higher=True).word == C.REPRODUCED
   assert C.direction_verdict(same, higher=False).word == C.NOT_REPRODUCED
   assert C.direction_verdict(same, higher=True, size=2.0).word == C.NOT_REPRODUCED
+
+
+def test_bound_words():
+  at_most = lambda vals, b=5.0: C.bound_verdict(C.Sample.of(dict(enumerate(vals))), b, True).word
+  assert at_most((4.0, 4.5, 5.0)) == C.REPRODUCED  # every seed at most 5
+  assert at_most((9.0, 10.0, 11.0)) == C.NOT_REPRODUCED  # 10 ± 2.48 lies above 5
+  assert at_most((4.0, 5.0, 6.5)) == C.INCONCLUSIVE
+  at_least = C.bound_verdict(C.Sample.of({0: 4.0, 1: 4.5, 2: 5.0}), 3.0, False)
+  assert (at_least.word, at_least.detail) == (
+    C.REPRODUCED,
+    "4.5 [3.26, 5.74] vs paper ≥ 3",
+  )  # sd 0.5, 4.303 x 0.5 / sqrt(3) = 1.24
+  with pytest.raises(C.ClaimsError, match="a bound needs one of 'at_most', 'at_least'"):
+    C.evaluate(pathlib.Path("."), {"kind": "bound", "of": {"table": "x"}}, [0], "claim")
+
+
+def test_last_metric_and_a_table_number_without_spread(tmp_path):
+  write_run(tmp_path / "s" / "cells" / "a", 0, [0.5, 0.9])
+  with open(tmp_path / "s/cells/a/seed0/metrics.jsonl", "a") as f:
+    f.write(json.dumps({"round": 2, "client_acc_mean": 0.85}) + "\n")
+  spec = {"cells": "s/cells", "cell": "a", "metric": "last", "key": "client_acc_mean", "scale": 100}
+  assert C.read_value(tmp_path, spec, [0], "t").values == {0: 85.0}
+  (tmp_path / "t.csv").write_text("m,var\nA,59.6\nB,64.9\n")
+  a, b = (
+    C.read_value(tmp_path, {"table": "t.csv", "row": {"m": m}, "column": "var"}, [0, 1, 2], "t")
+    for m in "AB"
+  )
+  assert a.n == 1 and C.Effect(C.difference(a, b)).mean == pytest.approx(-5.3)
