@@ -630,9 +630,9 @@ def evaluate(root: pathlib.Path, check: dict, seeds: Sequence[int], where: str) 
     s = read_value(root, check["of"], seeds, where)
     return value_verdict(s, float(check["paper"]), float(check["tolerance"]), unit, digits)
   if kind == "bound":
-    s = read_value(root, check["of"], seeds, where)
     if ("at_most" in check) == ("at_least" in check):
       raise ClaimsError(f"{where}: a bound needs one of 'at_most', 'at_least'")
+    s = read_value(root, check["of"], seeds, where)
     at_most = "at_most" in check
     return bound_verdict(
       s, float(check["at_most" if at_most else "at_least"]), at_most, unit, digits
