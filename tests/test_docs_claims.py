@@ -1,244 +1,170 @@
-"""The claims table of docs/reproductions/README.md holds every verdict of the five pages.
+"""Every verdict in the docs is the verdict engine's (experiments/claims.py).
 
-Each page's "## Verdict per claim" table is the source; the claims table lists the same
-claims, page by page in the page's order, with the same verdict words and qualifiers (seeds,
-readings, processes). A page's verdict is its columns whose header says "verdict": a column
-headed "verdict ..." holds the whole verdict; a column headed "<label>: verdict, ours" holds
-"<verdict>: <numbers>", and its verdict is the text before the first ": ", written
-"<label>: <verdict>" in the claims table, columns joined by "; ". Each page also opens with
-an "In one minute" summary of at most eight lines, which the claims table links to.
+The claims table (docs/reproductions/README.md), each page's "In one minute" tally and
+"Verdict per claim" table, the README's five-row table and results/README.md's index are
+blocks the engine generates from docs/reproductions/claims/*.yaml and the committed files.
+These tests regenerate them and fail on any difference: a committed number changed, a
+verdict word typed by hand, a tally edited.
 """
 
+import json
+import os
 import pathlib
+import re
+import shutil
 
 import pytest
 
+from experiments import claims as C
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs" / "reproductions"
-PAGES = {
-  "FedGS": "fedgs.md",
-  "FL-FDMS": "fl_fdms.md",
-  "FedEMD": "fedemd.md",
-  "Clustered Sampling": "clustered_sampling.md",
-  "FedAR": "fedar.md",
-}
-SUMMARY = "## In one minute"
-MAX_SUMMARY_LINES = 8
+PAGES = ("fedgs.md", "fl_fdms.md", "fedemd.md", "clustered_sampling.md", "fedar.md")
+MAX_PAGE_LINES = 520  # "at most ~500": appendix pages take the rest
 
 
-def split_row(line: str) -> list[str]:
-  """Cells of a markdown table row; an escaped pipe (`\\|`) stays inside its cell."""
-  cells = line.strip().strip("|").replace("\\|", "\0").split("|")
-  return [c.replace("\0", "\\|").strip() for c in cells]
+@pytest.fixture(scope="module")
+def claims():
+  return C.load(ROOT)
 
 
-def table_after(text: str, heading: str) -> list[list[str]]:
-  """Rows (header first, separator dropped) of the first table after a heading line."""
-  lines = text.splitlines()
-  try:
-    at = next(i for i, line in enumerate(lines) if line.strip() == heading)
-  except StopIteration:
-    raise ValueError(f"no {heading!r} heading") from None
-  start = next((i for i in range(at + 1, len(lines)) if lines[i].startswith("|")), None)
-  if start is None or any(lines[i].startswith("#") for i in range(at + 1, start)):
-    raise ValueError(f"no table under {heading!r}")
-  end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
-  rows = [split_row(line) for line in lines[start:end]]
-  return [rows[0]] + rows[2:]
+def test_every_generated_block_is_up_to_date(claims):
+  stale = C.stale_blocks(ROOT, claims)
+  assert not stale, "run python -m experiments.claims --write:\n" + "\n".join(stale)
 
 
-def page_verdicts(text: str) -> list[tuple[str, str]]:
-  """[(claim, verdict as the claims table writes it)] of a page's verdict table."""
-  rows = table_after(text, "## Verdict per claim")
-  header = rows[0]
-  columns = [j for j, h in enumerate(header) if "verdict" in h.lower()]
-  if not columns:
-    raise ValueError(f"no verdict column in {header}")
-  out = []
-  for row in rows[1:]:
-    parts = []
-    for j in columns:
-      cell = row[j].replace("**", "").strip()
-      if ":" in header[j]:  # "<label>: verdict, ours"
-        label = header[j].split(":")[0].strip()
-        parts.append(f"{label}: {cell.split(': ')[0].strip()}")
-      else:
-        parts.append(cell)
-    out.append((row[0], "; ".join(parts)))
-  return out
+def test_claims_are_numbered_in_order_with_one_page_each(claims):
+  assert [c.id for c in claims] == list(range(1, len(claims) + 1))
+  assert {c.page for c in claims} == set(PAGES)
 
 
-def claims_verdicts(text: str) -> dict[str, list[tuple[str, str, str]]]:
-  """{paper: [(number, claim, verdict)]} of the claims table, in its order."""
-  rows = table_after(text, "## Claims")
-  header = [h.lower() for h in rows[0]]
-  num, claim, paper, verdict = (header.index(k) for k in ("#", "claim", "paper", "verdict"))
-  out: dict[str, list] = {}
-  for row in rows[1:]:
-    out.setdefault(row[paper], []).append((row[num], row[claim], row[verdict]))
-  return out
+def mirror(tmp_path: pathlib.Path, copy: list[str]) -> pathlib.Path:
+  """A root under tmp_path: the docs files the engine writes copied, ``copy`` (paths under
+  results/) copied, everything else of results/ linked."""
+  root = tmp_path / "root"
+  for rel in C.blocks(ROOT, C.load(ROOT)):
+    (root / rel).parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(ROOT / rel, root / rel)
+  shutil.copytree(ROOT / C.CLAIMS_DIR, root / C.CLAIMS_DIR)
+  for dirpath, _, files in os.walk(ROOT / "results"):
+    rel_dir = pathlib.Path(dirpath).relative_to(ROOT)
+    (root / rel_dir).mkdir(parents=True, exist_ok=True)
+    for f in files:
+      rel = rel_dir / f
+      if str(rel.relative_to("results")) in copy:
+        shutil.copy(ROOT / rel, root / rel)
+      elif not (root / rel).exists():
+        os.symlink(ROOT / rel, root / rel)
+  return root
 
 
-def summary_errors(name: str, text: str) -> list[str]:
-  """The page opens with "In one minute" (right under its title, at most eight lines)."""
-  lines = text.splitlines()
-  if len(lines) < 3 or not lines[0].startswith("# ") or lines[2].strip() != SUMMARY:
-    return [f"{name}: line 3 is not {SUMMARY!r}"]
-  body = []
-  for line in lines[3:]:
-    if line.startswith("#"):
-      break
-    if line.strip():
-      body.append(line)
-  errors = []
-  if not body:
-    errors.append(f"{name}: the 'In one minute' section is empty")
-  if len(body) > MAX_SUMMARY_LINES:
-    errors.append(f"{name}: 'In one minute' has {len(body)} lines (at most {MAX_SUMMARY_LINES})")
-  return errors
+def first_run_read(claims) -> str:
+  """The seed folder (under results/) of the first claim's first per-seed cell."""
+  C.index_paths(ROOT)
+  for c in claims:
+    for path in sorted(C._CLAIM_PATHS.get(c.id, ())):
+      cells = ROOT / "results" / path
+      if cells.is_dir():
+        for cell in sorted(cells.iterdir()):
+          seeds = sorted(cell.glob("seed*/summary.json"))
+          if seeds:
+            return str(seeds[0].parent.relative_to(ROOT / "results"))
+  raise AssertionError("no claim reads a per-seed cell")
 
 
-def check(pages: dict[str, str], claims_text: str) -> list[str]:
-  """Every difference between the pages' verdicts and the claims table, one line each."""
-  errors = []
-  claims = claims_verdicts(claims_text)
-  for paper in sorted(set(claims) - set(pages)):
-    errors.append(f"claims table: paper {paper!r} has no page")
-  for paper, text in pages.items():
-    errors += summary_errors(paper, text)
-    page = page_verdicts(text)
-    listed = claims.get(paper, [])
-    if len(page) != len(listed):
-      errors.append(
-        f"{paper}: the page has {len(page)} verdicts, the claims table {len(listed)} "
-        f"(claims {', '.join(n for n, _, _ in listed)})"
-      )
-    for (claim, expected), (number, _, written) in zip(page, listed):
-      if written != expected:
-        errors.append(
-          f"{paper}, claim {number} (page: {claim!r}): the claims table says "
-          f"{written!r}, the page {expected!r}"
-        )
-  link_target = {f"{f}#in-one-minute" for f in PAGES.values()}
-  for f in link_target:
-    if f"({f})" not in claims_text:
-      errors.append(f"claims table: no link to {f}")
-  return errors
-
-
-def read_pages() -> dict[str, str]:
-  return {paper: (DOCS / f).read_text() for paper, f in PAGES.items()}
-
-
-def test_claims_table_holds_every_page_verdict_in_the_same_words():
-  errors = check(read_pages(), (DOCS / "README.md").read_text())
-  assert not errors, "\n".join(errors)
-
-
-MAX_CELL = 500  # characters: a verdict table is read row by row; longer evidence goes in the text
-
-
-def test_verdict_table_cells_are_short():
-  for paper, text in read_pages().items():
-    rows = table_after(text, "## Verdict per claim")
-    long = [(row[0][:50], len(cell)) for row in rows for cell in row if len(cell) > MAX_CELL]
-    assert not long, f"{paper}: cells over {MAX_CELL} characters: {long}"
-
-
-def test_every_claim_row_links_to_its_page_verdicts():
-  claims = claims_verdicts((DOCS / "README.md").read_text())
-  rows = table_after((DOCS / "README.md").read_text(), "## Claims")
-  section = [h.lower() for h in rows[0]].index("section")
-  for row in rows[1:]:
-    paper = row[[h.lower() for h in rows[0]].index("paper")]
-    assert f"({PAGES[paper]}#verdict-per-claim)" in row[section], row
-  numbers = [int(n) for rows_ in claims.values() for n, _, _ in rows_]
-  assert numbers == list(range(1, len(numbers) + 1)), "claims are numbered 1..n in order"
+def test_a_planted_number_in_a_committed_run_makes_a_block_stale(tmp_path, claims):
+  run = first_run_read(claims)
+  root = mirror(tmp_path, [f"{run}/summary.json", f"{run}/metrics.jsonl"])
+  base = root / "results" / run
+  summary = json.loads((base / "summary.json").read_text())
+  for k in ("final_test_accuracy", "final_test_loss"):
+    summary[k] *= 0.5
+  (base / "summary.json").write_text(json.dumps(summary))
+  lines = [json.loads(x) for x in (base / "metrics.jsonl").read_text().splitlines() if x.strip()]
+  for r in lines:
+    for k in ("test_accuracy", "test_loss"):
+      if k in r:
+        r[k] *= 0.5
+  (base / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in lines) + "\n")
+  C._read_json.cache_clear()
+  C._read_jsonl.cache_clear()
+  stale = C.stale_blocks(root, C.load(root))
+  assert stale, f"halving {run}'s accuracies and losses changed no generated block"
 
 
 @pytest.mark.parametrize(
-  "paper, old, new, expected",
+  "rel",
   [
-    # a seeds qualifier dropped on the page
-    (
-      "FedGS",
-      "| reproduced (seed 0) | released protocol: counts 37-53",
-      "| reproduced | released protocol: counts 37-53",
-      "claim 14",
-    ),
-    # a verdict word changed
-    (
-      "Clustered Sampling",
-      "| Fig. 1: MD picks 6 to 8 classes a round | reproduced |",
-      "| Fig. 1: MD picks 6 to 8 classes a round | not reproduced |",
-      "claims table says 'reproduced'",
-    ),
-    # a verdict inside a "<label>: verdict, ours" column
-    (
-      "FL-FDMS",
-      "**not reproduced, reversed**: mean accuracy −0.36",
-      "**not reproduced**: mean accuracy −0.36",
-      "the page 'redrawn: not reproduced; Markov: not reproduced'",
-    ),
+    "docs/reproductions/README.md",
+    "README.md",
+    "results/README.md",
+    *[f"docs/reproductions/{p}" for p in PAGES],
   ],
 )
-def test_check_fails_on_a_planted_page_mismatch(paper, old, new, expected):
-  pages = read_pages()
-  assert pages[paper].count(old) == 1, f"the planted text is not on the {paper} page"
-  pages[paper] = pages[paper].replace(old, new)
-  errors = check(pages, (DOCS / "README.md").read_text())
-  assert errors and any(expected in e for e in errors), errors
-
-
-def test_check_fails_on_a_missing_claim_and_a_reworded_claims_cell():
-  pages = read_pages()
-  claims = (DOCS / "README.md").read_text()
-  line = next(x for x in claims.splitlines() if "Mavericks fade" in x and x.startswith("|"))
-  errors = check(pages, claims.replace(line + "\n", ""))
-  assert any("FedEMD: the page has" in e for e in errors), errors
-  line = next(x for x in claims.splitlines() if x.startswith("| 35 |"))
-  reworded = line.replace("(seeds 0-2, both lr units)", "(every seed of both readings)")
-  assert reworded != line
-  errors = check(pages, claims.replace(line, reworded))
-  assert any("claim 35" in e for e in errors), errors
-
-
-def test_check_fails_on_a_long_or_missing_summary():
-  pages = read_pages()
-  long = pages["FedAR"].replace(SUMMARY + "\n", SUMMARY + "\n" + "- x\n" * 9, 1)
-  assert any("FedAR: 'In one minute' has" in e for e in summary_errors("FedAR", long))
-  gone = pages["FedAR"].replace(SUMMARY, "## Summary", 1)
-  assert any("FedAR: line 3" in e for e in summary_errors("FedAR", gone))
-  assert summary_errors("FedAR", pages["FedAR"]) == []
-  # and check() reports it with the rest
-  pages["FedAR"] = gone
-  assert any("FedAR: line 3" in e for e in check(pages, (DOCS / "README.md").read_text()))
-
-
-def test_verdict_parsing_of_both_column_kinds():
-  text = (
-    "# T\n\n## Verdict per claim\n\n"
-    "| claim | redrawn: verdict, ours | Markov: verdict, ours | reason |\n|---|---|---|---|\n"
-    "| c | **reproduced**: +1 | not measurable here | r |\n\n"
-    "| claim | verdict | ours |\n|---|---|---|\n| ignored | x | y |\n"
+def test_a_hand_typed_verdict_word_or_number_makes_a_block_stale(tmp_path, rel, claims):
+  root = mirror(tmp_path, [])
+  text = (root / rel).read_text()
+  # the first verdict word or number inside a generated block, changed
+  start = text.index("<!-- generated by python -m experiments.claims")
+  body_start = text.index("\n", start) + 1
+  m = re.compile(r"\b(not reproduced|reproduced|inconclusive|partly|\d+)\b").search(
+    text, body_start
   )
-  assert page_verdicts(text) == [("c", "redrawn: reproduced; Markov: not measurable here")]
-  text = (
-    "## Verdict per claim\n\n| claim | verdict | ours |\n|---|---|---|\n"
-    "| c | partly (seed 0): a | b |\n"
+  assert m, f"{rel}: no verdict word or number in its first generated block"
+  swap = {"reproduced": "not reproduced", "not reproduced": "reproduced"}.get(m.group(1), "x")
+  (root / rel).write_text(text[: m.start()] + swap + text[m.end() :])
+  stale = C.stale_blocks(root, claims)
+  assert any(s.startswith(rel) for s in stale), stale
+
+
+def test_every_page_opens_with_its_tally_and_stays_readable(claims):
+  for page in PAGES:
+    lines = (DOCS / page).read_text().splitlines()
+    assert lines[2] == "## In one minute", page
+    head = "\n".join(lines[:25])
+    assert C.begin("summary") in head, f"{page}: the tally is not in its first 25 lines"
+    assert len(lines) <= MAX_PAGE_LINES, (
+      f"{page}: {len(lines)} lines (appendix pages take the rest)"
+    )
+    in_one_minute = lines[3 : next(i for i, x in enumerate(lines) if i > 3 and x.startswith("## "))]
+    prose = [
+      x for x in in_one_minute if x.strip() and not x.startswith(("<!--", "- [", "**Verdicts**"))
+    ]
+    for word in ("Reproduces", "Does not reproduce", "reproduced", "not reproduced"):
+      assert not any(x.startswith(f"- **{word}") for x in prose), (
+        f"{page}: 'In one minute' restates verdicts by hand ({word!r}); the block lists them"
+      )
+
+
+def test_prose_names_a_claims_verdict_as_the_engine_does(claims):
+  """Outside the generated blocks, "claim N ... <verdict word>" in one sentence uses a word
+  the engine gives claim N (any of its set-ups)."""
+  words = {c.id: {v.word for _, v in c.setups} for c in claims}
+  pattern = re.compile(
+    r"\b[Cc]laim (\d+)\b[^.;\n|]*?\b(not reproduced|reproduced|partly|inconclusive)\b"
   )
-  assert page_verdicts(text) == [("c", "partly (seed 0): a")]
+  wrong = []
+  for rel in [
+    "README.md",
+    "docs/reproductions/README.md",
+    *[f"docs/reproductions/{p}" for p in PAGES],
+  ]:
+    text = (ROOT / rel).read_text()
+    for name in re.findall(
+      r"<!-- generated by python -m experiments.claims --write: (\w+) -->", text
+    ):
+      b, e = C.begin(name), C.end(name)
+      text = text.split(b)[0] + text.split(e, 1)[1]
+    for m in pattern.finditer(text):
+      n, word = int(m.group(1)), m.group(2)
+      if n in words and word not in words[n]:
+        wrong.append(f"{rel}: {m.group(0)!r} (the engine: {sorted(words[n])})")
+  assert not wrong, "\n".join(wrong)
 
 
-def test_readme_opens_with_the_two_commands_then_links_each_summary():
+def test_readme_opens_with_the_two_commands_then_the_tallies():
   lines = (ROOT / "README.md").read_text().splitlines()
   assert lines[0] == "# fedjax_sel" and lines[2] == "```bash" and lines[5] == "```"
   assert lines[3].startswith("python3 -m venv .venv && .venv/bin/pip install -q -e . && ")
   assert lines[4].startswith("python3 -m venv .venv-test && ")
-  text = "\n".join(lines)
-  rows = table_after(text, "## Five papers reproduced: the answers")
-  assert rows[0] == ["paper", "what reproduces", "what does not", "page"]
-  assert len(rows) - 1 == len(PAGES)
-  for row, page in zip(rows[1:], PAGES.values()):
-    assert row[3].endswith(f"(docs/reproductions/{page}#in-one-minute)"), row
-    assert row[1] and row[2], row
+  assert C.begin("verdicts") in "\n".join(lines)
