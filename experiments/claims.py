@@ -20,6 +20,8 @@ same for every paper:
   seed is within the tolerance, *not reproduced* when the 95 % interval of our mean lies
   outside paper ± tolerance (with one seed: when that seed is outside), *inconclusive*
   otherwise.
+* A **spread** ("A varies more over runs than B") is decided as a direction on the
+  difference of the standard deviations over seeds, with Levene's test (scipy's).
 * A **bound** ("at most 5 %") is decided as a value: kept by every seed, or exceeded by the
   95 % interval of our mean.
 * An **equivalence** ("A does as well as B", within a stated margin) is *reproduced* when the
@@ -82,7 +84,8 @@ RULE = (
   "direction. A value is reproduced when every seed is within the stated tolerance of the "
   "paper's number, not reproduced when the 95 % interval of our mean lies outside it (one "
   "seed: when that seed does), inconclusive otherwise; a bound the paper states (at most, "
-  "at least) likewise. An equivalence within a margin is "
+  "at least) likewise; a spread over seeds (A varies more than B) as a direction, by "
+  "Levene's test. An equivalence within a margin is "
   "reproduced when the interval of A - B lies inside ± margin, not reproduced when A - B is "
   "significant and outside it; where the paper states no margin, it is one accuracy point, "
   "the same for every paper. A claim of several parts (every mode, every baseline, each step "
@@ -306,6 +309,33 @@ def value_verdict(
   return Verdict(word, f"{detail} ({seeds_text(s.seeds, s.n)})", s.seeds, s.n, detail=detail)
 
 
+def spread_verdict(a: Sample, b: Sample, higher: bool, unit: str = "", digits: int = 3) -> Verdict:
+  """The rule for "A varies more over seeds than B" (``higher``; less: False): the effect is
+  the difference of the standard deviations over seeds (ddof 1), tested by Levene's test
+  (scipy's, median-centred), and decided as a direction."""
+  if a.values is None or b.values is None:
+    raise ClaimsError("a spread needs both arms' per-seed values")
+  va = np.asarray(list(a.values.values()), np.float64)
+  vb = np.asarray(list(b.values.values()), np.float64)
+  n = min(len(va), len(vb))
+  diff = float(np.std(va, ddof=1) - np.std(vb, ddof=1)) if n > 1 else math.nan
+  p = math.nan
+  if n >= MIN_SEEDS and (np.ptp(va) > 0 or np.ptp(vb) > 0):
+    with np.errstate(divide="ignore", invalid="ignore"):
+      p = float(scipy_stats.levene(va, vb).pvalue)
+  sign = 1.0 if higher else -1.0
+  if n >= MIN_SEEDS and math.isfinite(p) and p < ALPHA:
+    word = REPRODUCED if diff * sign > 0 else NOT_REPRODUCED
+  else:
+    word = INCONCLUSIVE
+  f = functools.partial(_num, digits=digits)
+  detail = f"std {f(float(np.std(va, ddof=1)))} vs {f(float(np.std(vb, ddof=1)))}{unit}"
+  if math.isfinite(p):
+    detail += f", Levene's p = {_p(p)}"
+  seeds = tuple(sorted(set(a.values) & set(b.values)))
+  return Verdict(word, f"{detail} ({seeds_text(seeds, n)})", seeds, n, detail=detail)
+
+
 def bound_verdict(
   s: Sample, bound: float, at_most: bool, unit: str = "", digits: int = 3
 ) -> Verdict:
@@ -378,7 +408,13 @@ def combine(parts: list[tuple[str, Verdict]]) -> Verdict:
   counts = {w: words.count(w) for w in WORDS if words.count(w)}
   tally = ", ".join(f"{c} {w}" for w, c in counts.items())
   evidence = f"{len(parts)} parts: {tally}"
-  ns = [v.n for _, v in parts if v.word != NOT_MEASURABLE]
+  # the seeds behind the word are those of the parts that decide it
+  deciding = {
+    REPRODUCED: (REPRODUCED,),
+    NOT_REPRODUCED: (NOT_REPRODUCED,),
+    PARTLY: (REPRODUCED, NOT_REPRODUCED, PARTLY),
+  }.get(word, (REPRODUCED, NOT_REPRODUCED, PARTLY, INCONCLUSIVE))
+  ns = [v.n for _, v in parts if v.word in deciding]
   seeds = max((v.seeds for _, v in parts), key=len, default=())
   return Verdict(word, evidence, seeds, min(ns) if ns else 0, parts)
 
@@ -600,7 +636,21 @@ def read_value(root: pathlib.Path, spec: Any, seeds: Sequence[int], where: str) 
     return _cell_values(root, spec, seeds, where)
   if "table" in spec:
     return _table_values(root, spec, seeds, where)
-  raise ClaimsError(f"{where}: a value needs 'cells', 'table', 'difference' or 'relative'")
+  if "json" in spec:
+    return _json_value(root, spec, where)
+  raise ClaimsError(f"{where}: a value needs 'cells', 'table', 'json', 'difference' or 'relative'")
+
+
+def _json_value(root: pathlib.Path, spec: dict, where: str) -> Sample:
+  """One number of a committed JSON file: ``{json: <path>, key: "a.b.c"}`` (dotted keys;
+  list items by index). It is one measurement (no seeds)."""
+  data: Any = _read_json(str(_results_path(root, spec["json"], where)))
+  for part in str(spec.get("key", "")).split("."):
+    try:
+      data = data[int(part)] if isinstance(data, list) else data[part]
+    except (KeyError, IndexError, ValueError, TypeError):
+      raise ClaimsError(f"{where}: {spec['json']} has no {spec.get('key')!r}") from None
+  return Sample(float(data), math.nan, 0.0, 1)
 
 
 # ---------------------------------------------------------------------------------------
@@ -637,6 +687,10 @@ def evaluate(root: pathlib.Path, check: dict, seeds: Sequence[int], where: str) 
     return bound_verdict(
       s, float(check["at_most" if at_most else "at_least"]), at_most, unit, digits
     )
+  if kind == "spread":
+    a = read_value(root, check["a"], seeds, where)
+    b = read_value(root, check["b"], seeds, where)
+    return spread_verdict(a, b, bool(check.get("higher", True)), unit, digits)
   if kind in ("equivalence", "not_worse"):
     d = difference(
       read_value(root, check["a"], seeds, where), read_value(root, check["b"], seeds, where)
@@ -665,8 +719,8 @@ def evaluate(root: pathlib.Path, check: dict, seeds: Sequence[int], where: str) 
       parts.append((f"{lb} → {la}", v))
     return combine(parts)
   raise ClaimsError(
-    f"{where}: kind {kind!r}; allowed: direction, value, bound, equivalence, not_worse, "
-    "all, trend, not_measurable"
+    f"{where}: kind {kind!r}; allowed: direction, value, bound, spread, equivalence, "
+    "not_worse, all, trend, not_measurable"
   )
 
 
@@ -781,7 +835,7 @@ def evidence_text(v: Verdict, sep: str = "; ") -> str:
     def part(label: str, p: Verdict) -> str:
       if p.parts:
         return f"{label}: {p.word} ({', '.join(part(lb, q) for lb, q in p.parts)})"
-      return f"{label}: {p.word}, {p.detail}"
+      return f"{label}: {p.word}, {p.detail or p.evidence}"
 
     return sep.join(part(lb, p) for lb, p in v.parts) + f" ({seeds_text(seeds, n)})"
   return sep.join(f"{label}: {p.word}, {evidence_text(p)}" for label, p in v.parts)
@@ -932,7 +986,7 @@ _CLAIM_PATHS: dict[int, set[str]] = {}
 def _collect_paths(data: Any, out: set[str]) -> None:
   if isinstance(data, dict):
     for k, v in data.items():
-      if k in ("cells", "table") and isinstance(v, str):
+      if k in ("cells", "table", "json") and isinstance(v, str):
         out.add(v)
       else:
         _collect_paths(v, out)

@@ -291,3 +291,31 @@ def test_last_metric_and_a_table_number_without_spread(tmp_path):
     for m in "AB"
   )
   assert a.n == 1 and C.Effect(C.difference(a, b)).mean == pytest.approx(-5.3)
+
+
+def test_spread_by_levene():
+  wide = C.Sample.of({0: 100.0, 1: 160.0, 2: 110.0, 3: 130.0})
+  narrow = C.Sample.of({0: 101.0, 1: 103.0, 2: 108.0, 3: 104.0})
+  v = C.spread_verdict(wide, narrow, higher=True)
+  want = stats.levene([100, 160, 110, 130], [101, 103, 108, 104]).pvalue
+  assert v.detail.endswith(f"Levene's p = {C._p(want)}") and want < 0.05
+  assert v.word == C.REPRODUCED
+  assert C.spread_verdict(wide, narrow, higher=False).word == C.NOT_REPRODUCED
+  two = C.Sample.of({0: 1.0, 1: 9.0})
+  assert C.spread_verdict(two, C.Sample.of({0: 1.0, 1: 1.1}), higher=True).word == C.INCONCLUSIVE
+  with pytest.raises(C.ClaimsError, match="per-seed values"):
+    C.spread_verdict(C.Sample.from_stats(1, 1, 3), narrow, higher=True)
+
+
+def test_json_value_and_a_composite_counts_the_seeds_that_decide(tmp_path):
+  (tmp_path / "o.json").write_text(json.dumps({"ratios": {"tifl": [2.32, 9]}}))
+  s = C.read_value(tmp_path, {"json": "o.json", "key": "ratios.tifl.0"}, [0], "t")
+  assert (s.mean, s.n) == (2.32, 1)
+  with pytest.raises(C.ClaimsError, match="o.json has no 'ratios.fedfast'"):
+    C.read_value(tmp_path, {"json": "o.json", "key": "ratios.fedfast"}, [0], "t")
+  three = C.Verdict(C.NOT_REPRODUCED, "x", (0, 1, 2), 3)
+  one = C.Verdict(C.INCONCLUSIVE, "y", (0,), 1)
+  v = C.combine([("a", three), ("b", one)])
+  assert (v.word, v.label()) == (C.NOT_REPRODUCED, "not reproduced")  # decided on 3 seeds
+  v = C.combine([("a", C.Verdict(C.INCONCLUSIVE, "x", (0, 1, 2), 3)), ("b", one)])
+  assert v.label() == "inconclusive (one seed)"
