@@ -248,7 +248,9 @@ def seeds_text(seeds: Sequence[int], n: int) -> str:
     if s == list(range(s[0], s[-1] + 1)) and len(s) > 2:
       return f"seeds {s[0]}-{s[-1]}"
     return ("seed " if len(s) == 1 else "seeds ") + ", ".join(str(k) for k in s)
-  return f"{n} seed" + ("s" if n != 1 else "") + " (mean ± std)"
+  if n == 1:
+    return "one run"
+  return f"{n} seeds (mean ± std)"
 
 
 def direction_verdict(
@@ -414,9 +416,10 @@ def combine(parts: list[tuple[str, Verdict]]) -> Verdict:
     NOT_REPRODUCED: (NOT_REPRODUCED,),
     PARTLY: (REPRODUCED, NOT_REPRODUCED, PARTLY),
   }.get(word, (REPRODUCED, NOT_REPRODUCED, PARTLY, INCONCLUSIVE))
-  ns = [v.n for _, v in parts if v.word in deciding]
-  seeds = max((v.seeds for _, v in parts), key=len, default=())
-  return Verdict(word, evidence, seeds, min(ns) if ns else 0, parts)
+  decisive = [v for _, v in parts if v.word in deciding]
+  weakest = min(decisive, key=lambda v: v.n, default=None)
+  seeds, n = (weakest.seeds, weakest.n) if weakest else ((), 0)
+  return Verdict(word, evidence, seeds, n, parts)
 
 
 # ---------------------------------------------------------------------------------------
@@ -933,17 +936,24 @@ def readme_table(claims: Sequence[Claim]) -> str:
 
 
 def open_work(claims: Sequence[Claim]) -> str:
-  """The main verdicts resting on one seed and the set-ups whose runs are not committed."""
-  lines = []
+  """The main verdicts resting on one seed and the set-ups whose runs are not committed,
+  claims sharing the same runs on one line."""
+  groups: dict[tuple[str, str], list[str]] = {}
   for c in claims:
     for i, (label, v) in enumerate(c.setups):
-      where = f"claim {c.id}" + (f" ({label})" if label else "")
+      where = f"{c.id}" + (f" ({label})" if label else "")
       if v.evidence.startswith("runs not committed: "):
-        lines.append(f"- {where}: {v.evidence}")
+        key = ("not measurable until its runs are committed", v.evidence.split(": ", 1)[1])
       elif i == 0 and v.one_seed:
-        more = c.pending[i]
-        cost = f"; the other seeds: {more}" if more else "; the cost of more seeds is not stated"
-        lines.append(f"- {where}: rests on one seed ({seeds_text(v.seeds, v.n)}){cost}")
+        more = c.pending[i] or "the cost of more seeds is not stated"
+        key = (f"rests on one seed ({seeds_text(v.seeds, v.n)})", more)
+      else:
+        continue
+      groups.setdefault(key, []).append(where)
+  lines = []
+  for (state, runs), ids in groups.items():
+    noun = "claim" if len(ids) == 1 else "claims"
+    lines.append(f"- {noun} {', '.join(ids)}: {state}; {runs}")
   return "\n".join(lines) or "- none"
 
 
