@@ -138,7 +138,9 @@ def test_every_page_opens_with_its_tally_and_stays_readable(claims):
 
 def test_prose_names_a_claims_verdict_as_the_engine_does(claims):
   """Outside the generated blocks, "claim N ... <verdict word>" in one sentence uses a word
-  the engine gives claim N (any of its set-ups)."""
+  the engine gives claim N (any of its set-ups). An old hand-typed verdict quoted as
+  `was "<verdict>"` (a page's "Where the rule changes a verdict" lines) is history, not a
+  restatement: the word after it ("now ...") is the one checked."""
   words = {c.id: {v.word for _, v in c.setups} for c in claims}
   pattern = re.compile(
     r"\b[Cc]laim (\d+)\b[^.;\n|]*?\b(not reproduced|reproduced|partly|inconclusive)\b"
@@ -155,6 +157,7 @@ def test_prose_names_a_claims_verdict_as_the_engine_does(claims):
     ):
       b, e = C.begin(name), C.end(name)
       text = text.split(b)[0] + text.split(e, 1)[1]
+    text = re.sub(r'\bwas "[^"\n]*"', 'was ""', text)
     for m in pattern.finditer(text):
       n, word = int(m.group(1)), m.group(2)
       if n in words and word not in words[n]:
