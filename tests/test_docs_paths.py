@@ -17,7 +17,7 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 # a path under results/, written plainly, in a link, or with braces and globs
 # words before a path, on its line, that say a command creates it
-CREATED = ("mkdir", "copied into", "--seed_from=")
+CREATED = ("mkdir", "copied into", "--seed_from=", "--collect=")
 PATH = re.compile(r"(?<![\w./-])(?:\.\./)*results/[\w.*{},/\-]*")
 
 
@@ -79,6 +79,7 @@ def test_results_paths_named_in_the_documents_exist():
     ("mkdir -p results/fedgs_fmnist/new_protocol && cp ...", []),
     ("each finished run is copied into `results/fedgs_table2/new/` as it lands", []),
     ("each finished run goes to `results/fedgs_table2/new/`", ["x: results/fedgs_table2/new/"]),
+    ("python -m experiments.fedemd --collect=results/fedemd_fmnist/new_study", []),
   ],
 )
 def test_missing_paths_finds_exactly_the_missing_ones(text, found):
@@ -94,8 +95,11 @@ def slug(heading: str) -> str:
 
 
 def anchors(path: pathlib.Path) -> set[str]:
+  """A document's headings' anchors and its explicit ones (`<a id="claim-32"></a>`, the rows
+  of a generated verdict table)."""
   text = re.sub(r"```.*?```", "", path.read_text(), flags=re.S)  # no headings in code
-  return {slug(line.lstrip("#")) for line in text.splitlines() if re.match(r"#{1,6} ", line)}
+  headings = {slug(line.lstrip("#")) for line in text.splitlines() if re.match(r"#{1,6} ", line)}
+  return headings | set(re.findall(r'<a id="([^"]+)"></a>', text))
 
 
 def broken_anchors(doc: pathlib.Path, root: pathlib.Path = ROOT) -> list[str]:
@@ -124,6 +128,6 @@ def test_slug_is_githubs():
 
 def test_a_broken_anchor_is_found(tmp_path):
   doc = tmp_path / "a.md"
-  (tmp_path / "b.md").write_text("# B\n\n## In one minute\n")
-  doc.write_text("[ok](b.md#in-one-minute) [bad](b.md#in-two-minutes)\n")
+  (tmp_path / "b.md").write_text('# B\n\n## In one minute\n\n| <a id="claim-7"></a>7 |\n')
+  doc.write_text("[ok](b.md#in-one-minute) [row](b.md#claim-7) [bad](b.md#in-two-minutes)\n")
   assert broken_anchors(doc, tmp_path) == ["a.md: no heading #in-two-minutes in b.md"]
