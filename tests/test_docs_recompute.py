@@ -215,7 +215,7 @@ NUMBER = re.compile(
 # references, not measurements: "Fig. 4", "Table 3", "Sec. 3.2", "§17", "α = 0.3", ...
 REFERENCE = re.compile(
   r"(?:Fig\.|Figs?\.|Table|Tables|Eq\.|Sec\.|App\.|Appendix|Alg\.|Algorithm|Algorithms|Theorem|"
-  r"Assumption|Step|step|claims?|§|Case)\s*[\dA-Z][\w.]*(?:\s*(?:and|-|,|/)\s*\d+)*"
+  r"Assumption|Step|step|[Cc]laims?|§|Case)\s*[\dA-Z][\w.]*(?:\s*(?:and|-|,|/)\s*\d+)*"
   r"|\b(?:seeds?|α|p_min|μ|ε|σ²|ρ|k)\s*[=≤<>]*\s*\d[\d.]*(?:\s*(?:,|/|-|and)\s*\d[\d.]*)*"
   r"|\b(?:CIFAR|ResNet|LeNet|AVX)-\d+|NumPy\s*(?:>=\s*)?[\dx.]+|\b20\d\d\b"
 )
@@ -383,6 +383,45 @@ ALLOWED = {
   "says so)",
   ("fedemd", "84.4 % at round 150"): "read from checkpoints that are not committed",
   ("clustered_sampling", "P = 39,760"): "the MLP's parameter count, 784 x 50 + 50 + 50 x 10 + 10",
+  # clustered_sampling, "Where the rule changes a verdict": the engine's effects, intervals
+  # and p-values
+  (
+    "clustered_sampling",
+    "(+5.62 points [+1.48, +9.76], p = 0.02)",
+  ): "printed by python -m experiments.claims (claim 54)",
+  (
+    "clustered_sampling",
+    "(+3.01 [-2.43, +8.45], p = 0.16)",
+  ): "printed by python -m experiments.claims (claim 54)",
+  (
+    "clustered_sampling",
+    "(Alg. 2 -0.04 [-0.536, +0.456], Alg. 1 +0.13 [-0.458, +0.718])",
+  ): "printed by python -m experiments.claims (claim 55)",
+  (
+    "clustered_sampling",
+    "(Alg. 2 -0.5 [-4.7, +3.7], Alg. 1 +0.21 [-3.3, +3.72])",
+  ): "printed by python -m experiments.claims (claim 55)",
+  (
+    "clustered_sampling",
+    "(-5.51 and -5.12 points, p = 0.0034 and 0.00026, seeds 0-2)",
+  ): "printed by python -m experiments.claims (claim 56)",
+  (
+    "clustered_sampling",
+    "L2 - arccos -0.11 [-2.86, +2.64] and L1 - arccos +0.13 [-1.45, +1.71] points",
+  ): "printed by python -m experiments.claims (claim 57)",
+  (
+    "clustered_sampling",
+    "Alg. 1 -0.117 [-19.2, +18.9], Alg. 2 +5.72 [-3.04, +14.5]",
+  ): "printed by python -m experiments.claims (claim 58)",
+  (
+    "clustered_sampling",
+    "+9.09 points [+2.62, +15.6], p = 0.03, with random ids +5.72 [-3.04, +14.5], p = 0.11",
+  ): "printed by python -m experiments.claims (claim 59)",
+  (
+    "clustered_sampling",
+    "+9.1 points [+2.48, +15.7], p = 0.03, NumPy 1.x ties +5.74 [-3.55, +15], p = 0.12, "
+    "random ids -0.117 [-19.2, +18.9], p = 0.98",
+  ): "printed by python -m experiments.claims (claim 60)",
 }
 
 
