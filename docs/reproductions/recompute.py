@@ -1782,7 +1782,7 @@ def cmd_fedemd_maverick_blocks(argv: list[str]) -> None:
       for method in ("random", "fedemd"):
         if method == "random" and current == "counts":
           continue  # Random's cohorts do not depend on the reading
-        for seed in (0, 1, 2) if scenario == "1_excl" else (0,):
+        for seed in (0, 1, 2):
           cfg = fedemd.cell_config(c, method)
           cfg.seed = seed
           cohorts, valid = fedemd.replay_selection(cfg, data, seed)
