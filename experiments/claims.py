@@ -285,18 +285,18 @@ def direction_verdict(
   return Verdict(word, f"{detail} ({seeds_text(s.seeds, s.n)})", s.seeds, effect.n, detail=detail)
 
 
-def value_verdict(
-  s: Sample, paper: float, tolerance: float, unit: str = "", digits: int = 3
+def _range_verdict(
+  s: Sample, lo: float, hi: float, against: str, unit: str, digits: int
 ) -> Verdict:
-  """The rule for "the paper's number, within ± tolerance"."""
-  lo, hi = paper - tolerance, paper + tolerance
+  """A value the paper puts in [lo, hi]: reproduced when every seed is inside (with only a
+  table's mean ± std: the mean ± std), not reproduced when the 95 % interval of our mean
+  lies outside (one value: when it is), inconclusive otherwise."""
   effect = Effect(s)
   if s.values is not None:
     within = all(lo <= v <= hi for v in s.values.values())
   else:
-    within = lo <= s.mean - s.se * math.sqrt(s.n) and s.mean + s.se * math.sqrt(s.n) <= hi
-    if s.n == 1:
-      within = lo <= s.mean <= hi
+    spread = s.se * math.sqrt(s.n) if s.n > 1 else 0.0
+    within = lo <= s.mean - spread and s.mean + spread <= hi
   if within:
     word = REPRODUCED
   elif s.n == 1:
@@ -307,8 +307,17 @@ def value_verdict(
     word = INCONCLUSIVE
   f = functools.partial(_num, digits=digits)
   interval = f" [{f(effect.low)}, {f(effect.high)}]" if math.isfinite(effect.low) else ""
-  detail = f"{f(s.mean)}{unit}{interval} vs paper {f(paper)}{unit} ± {f(tolerance)}"
+  detail = f"{f(s.mean)}{unit}{interval} vs paper {against}"
   return Verdict(word, f"{detail} ({seeds_text(s.seeds, s.n)})", s.seeds, s.n, detail=detail)
+
+
+def value_verdict(
+  s: Sample, paper: float, tolerance: float, unit: str = "", digits: int = 3
+) -> Verdict:
+  """The rule for "the paper's number, within ± tolerance"."""
+  f = functools.partial(_num, digits=digits)
+  against = f"{f(paper)}{unit} ± {f(tolerance)}"
+  return _range_verdict(s, paper - tolerance, paper + tolerance, against, unit, digits)
 
 
 def spread_verdict(a: Sample, b: Sample, higher: bool, unit: str = "", digits: int = 3) -> Verdict:
@@ -341,28 +350,10 @@ def spread_verdict(a: Sample, b: Sample, higher: bool, unit: str = "", digits: i
 def bound_verdict(
   s: Sample, bound: float, at_most: bool, unit: str = "", digits: int = 3
 ) -> Verdict:
-  """The rule for "at most / at least the paper's bound": reproduced when every seed keeps
-  it, not reproduced when the 95 % interval of our mean lies beyond it (one seed: when it
-  does), inconclusive otherwise."""
-  sign = 1.0 if at_most else -1.0  # sign * (value - bound) <= 0 keeps the bound
-  effect = Effect(s)
-  if s.values is not None:
-    kept = all(sign * (v - bound) <= 0 for v in s.values.values())
-  else:
-    spread = s.se * math.sqrt(s.n) if s.n > 1 else 0.0
-    kept = sign * (s.mean + sign * spread - bound) <= 0
-  if kept:
-    word = REPRODUCED
-  elif s.n == 1:
-    word = NOT_REPRODUCED
-  elif math.isfinite(effect.low) and sign * ((effect.low if at_most else effect.high) - bound) > 0:
-    word = NOT_REPRODUCED
-  else:
-    word = INCONCLUSIVE
-  f = functools.partial(_num, digits=digits)
-  interval = f" [{f(effect.low)}, {f(effect.high)}]" if math.isfinite(effect.low) else ""
-  detail = f"{f(s.mean)}{unit}{interval} vs paper {'≤' if at_most else '≥'} {f(bound)}{unit}"
-  return Verdict(word, f"{detail} ({seeds_text(s.seeds, s.n)})", s.seeds, s.n, detail=detail)
+  """The rule for "at most / at least the paper's bound", decided as a value."""
+  against = f"{'≤' if at_most else '≥'} {_num(bound, digits)}{unit}"
+  lo, hi = (-math.inf, bound) if at_most else (bound, math.inf)
+  return _range_verdict(s, lo, hi, against, unit, digits)
 
 
 def equivalence_verdict(
@@ -450,19 +441,22 @@ def _read_csv(path: str) -> tuple[dict, ...]:
   """The rows of a committed CSV, or of every Markdown table in a committed .md file (each
   row keyed by its own table's header)."""
   with open(path, newline="") as f:
-    if not path.endswith(".md"):
-      return tuple(csv.DictReader(f))
-    rows, header = [], None
-    for line in f:
-      if not line.startswith("|"):
-        header = None
-        continue
-      cells = [c.strip() for c in line.strip().strip("|").split("|")]
-      if header is None:
-        header = cells
-      elif not set("".join(cells)) <= set("-: "):
-        rows.append(dict(zip(header, cells)))
-    return tuple(rows)
+    return tuple(csv.DictReader(f) if not path.endswith(".md") else markdown_rows(f))
+
+
+def markdown_rows(lines) -> list[dict]:
+  """Rows of every Markdown table in ``lines``, each keyed by its own table's header."""
+  rows, header = [], None
+  for line in lines:
+    if not line.startswith("|"):
+      header = None
+      continue
+    cells = [c.strip() for c in line.strip().strip("|").split("|")]
+    if header is None:
+      header = cells
+    elif not set("".join(cells)) <= set("-: "):
+      rows.append(dict(zip(header, cells)))
+  return rows
 
 
 def _evaluated(history: Sequence[dict]) -> list[dict]:

@@ -55,19 +55,13 @@ def first(text: str) -> float:
 
 
 def md_rows(path: str) -> list[dict]:
-  """Rows of every markdown table in a committed .md file, each keyed by its table's header."""
-  rows, header = [], None
+  """Rows of every markdown table in a committed .md file, each keyed by its table's header
+  (the verdict engine's reader, ``experiments.claims.markdown_rows``)."""
+  repo_imports()
+  from experiments.claims import markdown_rows
+
   with open(f"{RESULTS}/{path}") as f:
-    for line in f:
-      if not line.startswith("|"):
-        header = None
-        continue
-      cells = [c.strip() for c in line.strip().strip("|").split("|")]
-      if header is None:
-        header = cells
-      elif not set("".join(cells)) <= set("-: "):
-        rows.append(dict(zip(header, cells)))
-  return rows
+    return markdown_rows(f)
 
 
 def spread(values) -> str:
