@@ -143,7 +143,8 @@ def test_prose_names_a_claims_verdict_as_the_engine_does(claims):
   restatement: the word after it ("now ...") is the one checked."""
   words = {c.id: {v.word for _, v in c.setups} for c in claims}
   pattern = re.compile(
-    r"\b[Cc]laim (\d+)\b[^.;\n|]*?\b(not reproduced|reproduced|partly|inconclusive)\b"
+    r"\b[Cc]laim (\d+)\b[^.;\n|]*?"
+    r"\b(not reproduced|reproduced|partly|inconclusive|not measurable)\b"
   )
   wrong = []
   for rel in [
