@@ -36,8 +36,10 @@ same for every paper:
   and some are not, *inconclusive* otherwise.
 * *Not measurable* names what is missing (a dataset, a model) and its cost.
 
-Effects pair by seed (``fedjax_sel.metrics.stats.paired``, Student's t over the seeds both
-arms hold, scipy's ``ttest_rel``) where both arms' per-seed files are committed; where a
+Effects pair by seed where both arms' per-seed files are committed: Student's t over the
+seeds both arms hold, the test of ``fedjax_sel.metrics.stats.paired`` (the same mean,
+interval, t and p: tested; scipy's ``ttest_rel``), here on a ``Sample`` so that a
+difference of differences (a gain at each point of a trend) is tested the same way; where a
 committed table holds only "mean ± std" over n seeds (population std), the comparison is
 Welch's t-test from those statistics (scipy's ``ttest_ind_from_stats``). A verdict resting
 on one seed is marked "(one seed)".

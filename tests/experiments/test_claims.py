@@ -5,6 +5,7 @@ import json
 import math
 import pathlib
 
+import numpy as np
 import pytest
 from scipy import stats
 
@@ -319,3 +320,17 @@ def test_json_value_and_a_composite_counts_the_seeds_that_decide(tmp_path):
   assert (v.word, v.label()) == (C.NOT_REPRODUCED, "not reproduced")  # decided on 3 seeds
   v = C.combine([("a", C.Verdict(C.INCONCLUSIVE, "x", (0, 1, 2), 3)), ("b", one)])
   assert v.label() == "inconclusive (one seed)"
+
+
+def test_the_paired_effect_is_the_studies_paired_test():
+  from fedjax_sel.metrics import stats as fs
+
+  rng = np.random.default_rng(0)
+  for n in (3, 5):
+    a = dict(enumerate(rng.normal(80, 2, n)))
+    b = dict(enumerate(rng.normal(79, 2, n)))
+    e = C.Effect(C.difference(C.Sample.of(a), C.Sample.of(b)))
+    want = fs.paired(a, b)
+    assert (e.mean, e.low, e.high, e.t, e.p) == pytest.approx(
+      (want.mean, want.low, want.high, want.t, want.p)
+    )
