@@ -860,6 +860,8 @@ def tally_text(claims: Sequence[Claim]) -> str:
 
 def claims_table(claims: Sequence[Claim], link: bool = True) -> str:
   lines = [
+    f"**All five papers** (each claim's first set-up): {tally_text(claims)}.",
+    "",
     "| # | claim | paper | verdict | evidence: effect [95 % interval], p (seeds) "
     "| paper's numbers |",
     "|---|---|---|---|---|---|",
@@ -928,6 +930,11 @@ def readme_table(claims: Sequence[Claim]) -> str:
       f"| [{paper}]({page}#in-one-minute) | {tally_text(cs)} | {reproduced} | {partly} | "
       f"{not_reproduced} | {inconclusive} | {not_measurable} |"
     )
+  counts = tally(claims)
+  cells = " | ".join(
+    str(counts[w]) for w in (REPRODUCED, PARTLY, NOT_REPRODUCED, INCONCLUSIVE, NOT_MEASURABLE)
+  )
+  lines.append(f"| all five | {tally_text(claims)} | {cells} |")
   return "\n".join(lines)
 
 
