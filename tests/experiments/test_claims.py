@@ -10,6 +10,7 @@ import pytest
 from scipy import stats
 
 from experiments import claims as C
+from fedjax_sel.metrics import verdicts as V
 
 
 def paired(a, b):
@@ -299,7 +300,7 @@ def test_spread_by_levene():
   narrow = C.Sample.of({0: 101.0, 1: 103.0, 2: 108.0, 3: 104.0})
   v = C.spread_verdict(wide, narrow, higher=True)
   want = stats.levene([100, 160, 110, 130], [101, 103, 108, 104]).pvalue
-  assert v.detail.endswith(f"Levene's p = {C._p(want)}") and want < 0.05
+  assert v.detail.endswith(f"Levene's p = {V._p(want)}") and want < 0.05
   assert v.word == C.REPRODUCED
   assert C.spread_verdict(wide, narrow, higher=False).word == C.NOT_REPRODUCED
   two = C.Sample.of({0: 1.0, 1: 9.0})
