@@ -162,3 +162,21 @@ def test_quick_writes_tables_and_figures(tmp_path):
     "weight_variance.png",
   ):
     assert os.path.getsize(os.path.join(out, png)) > 5000
+
+
+def test_weight_variance_per_seed_holds_the_first_seeds_table(tmp_path):
+  """With several seeds the selection-only part writes a row per method and seed (the
+  verdicts pair them by seed); its seed-0 rows are the seed-0 table's numbers."""
+  out = str(tmp_path)
+  cs.run_all(config_lib.get_config(), out, [0, 1], quick=True, parts=("weights",))
+  first = {r[0]: r for r in _read_csv(os.path.join(out, "table_weight_variance.csv"))[1:]}
+  rows = _read_csv(os.path.join(out, "table_weight_variance_per_seed.csv"))
+  assert rows[0] == ["Method", "seed", "mean_i Var[ω_i] (measured)", "distinct clients per round"]
+  assert sorted((r[0], r[1]) for r in rows[1:]) == sorted((m, s) for m in first for s in "01")
+  for r in rows[1:]:
+    if r[1] == "0":
+      assert (float(r[2]), float(r[3])) == pytest.approx(
+        (float(first[r[0]][1]), float(first[r[0]][4])), rel=1e-3
+      )
+  seed1 = {r[0]: float(r[2]) for r in rows[1:] if r[1] == "1"}
+  assert seed1["Alg. 1 (sample size)"] < seed1["MD sampling"]
