@@ -758,14 +758,14 @@ FLAGS = flags.FLAGS
 
 
 def main(argv: list[str]) -> int:
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   try:
+    if len(argv) > 1:
+      raise ClaimsError(f"unexpected arguments {argv[1:]}")
+    if (FLAGS.write or FLAGS.check) and FLAGS.paper:
+      raise ClaimsError("--write and --check read every claim: leave out --paper")
     claims = load(ROOT, FLAGS.paper)
     print(report(claims))
     if FLAGS.write or FLAGS.check:
-      if FLAGS.paper:
-        raise ClaimsError("--write and --check read every claim: leave out --paper")
       if FLAGS.write:
         for rel in write_blocks(ROOT, claims):
           print(f"wrote {rel}")

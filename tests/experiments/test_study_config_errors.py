@@ -75,6 +75,9 @@ CASES = [
   ("fedgs_init_check", ["--rounds=7"], "--rounds=7; allowed: multiples of 5"),
   ("atlas", ["--output_dir={tmp}", "--config.datasets=imagenet"], "unknown 'imagenet'"),
   ("atlas", ["--output_dir={tmp}", "--seeds=0,x"], "--seeds='0,x' must be comma-separated"),
+  ("claims", ["--paper=fedxx"], "--paper='fedxx'; allowed: clustered_sampling, fedar, fedemd"),
+  ("claims", ["--paper=fedgs", "--write"], "--write and --check read every claim"),
+  ("claims", ["surplus"], "unexpected arguments ['surplus']"),
   ("compare", ["{tmp}", "--format=html"], "--format='html'; allowed: md, csv"),
   ("compare", ["{tmp}", "--no_such_flag"], "Unknown command line flag 'no_such_flag'"),
 ]
