@@ -38,6 +38,7 @@ from fedjax_sel.metrics.verdicts import (  # noqa: F401 (the words and verdicts,
   PARTLY,
   REPRODUCED,
   RULE,
+  RULE_PARTS,
   WORDS,
   ClaimsError,
   Effect,
@@ -694,7 +695,7 @@ def blocks(root: pathlib.Path, claims: Sequence[Claim]) -> dict[str, dict[str, s
   index_paths(root)
   out: dict[str, dict[str, str]] = {
     "docs/reproductions/README.md": {
-      "rule": RULE,
+      "rule": "\n".join(f"- {part}" for part in RULE_PARTS),
       "claims": claims_table(claims),
       "open": open_work(claims),
     },

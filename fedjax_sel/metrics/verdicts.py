@@ -55,23 +55,25 @@ PARTLY = "partly"
 NOT_MEASURABLE = "not measurable"
 WORDS = (REPRODUCED, NOT_REPRODUCED, PARTLY, INCONCLUSIVE, NOT_MEASURABLE)
 
-RULE = (
-  "A direction (A better than B) is reproduced when A - B has the paper's sign with "
-  "p < 0.05 over at least 3 seeds and its 95 % interval reaches the paper's size where one "
-  "is stated; not reproduced when the opposite sign is significant or the interval lies "
-  "below the paper's size; inconclusive otherwise (fewer than 3 seeds included). With no "
-  "spread over the seeds the sign alone decides, and no difference is not the paper's "
-  "direction. A value is reproduced when every seed is within the stated tolerance of the "
-  "paper's number, not reproduced when the 95 % interval of our mean lies outside it (one "
-  "seed: when that seed does), inconclusive otherwise; a bound the paper states (at most, "
-  "at least) likewise; a spread over seeds (A varies more than B) as a direction, by "
-  "Levene's test. An equivalence within a margin is "
-  "reproduced when the interval of A - B lies inside ± margin, not reproduced when A - B is "
-  "significant and outside it; where the paper states no margin, it is one accuracy point, "
-  "the same for every paper. A claim of several parts (every mode, every baseline, each step "
-  "of a trend) is reproduced when every part is, not reproduced when some part is not and "
-  "none is, partly when some parts are and some are not, inconclusive otherwise."
+RULE_PARTS = (
+  "A direction (A better than B) is reproduced when A - B has the paper's sign with p < 0.05 "
+  "over at least 3 seeds and its 95 % interval reaches the paper's size where one is stated; "
+  "not reproduced when the opposite sign is significant or the interval lies below the "
+  "paper's size; inconclusive otherwise (fewer than 3 seeds included). With no spread over "
+  "the seeds the sign alone decides, and no difference is not the paper's direction.",
+  "A value is reproduced when every seed is within the stated tolerance of the paper's "
+  "number, not reproduced when the 95 % interval of our mean lies outside it (one seed: when "
+  "that seed does), inconclusive otherwise; a bound the paper states (at most, at least) "
+  "likewise.",
+  "A spread over seeds (A varies more than B) is decided as a direction, by Levene's test.",
+  "An equivalence within a margin is reproduced when the interval of A - B lies inside "
+  "± margin, not reproduced when A - B is significant and outside it; where the paper states "
+  "no margin, it is one accuracy point, the same for every paper.",
+  "A claim of several parts (every mode, every baseline, each step of a trend) is reproduced "
+  "when every part is, not reproduced when some part is not and none is, partly when some "
+  "parts are and some are not, inconclusive otherwise.",
 )
+RULE = " ".join(RULE_PARTS)
 
 
 class ClaimsError(ValueError):
