@@ -39,22 +39,29 @@ def test_claims_are_numbered_in_order_with_one_page_each(claims):
 
 
 def mirror(tmp_path: pathlib.Path, copy: list[str]) -> pathlib.Path:
-  """A root under tmp_path: the docs files the engine writes copied, ``copy`` (paths under
-  results/) copied, everything else of results/ linked."""
+  """A root under tmp_path: the docs files the engine writes and the claims copied, ``copy``
+  (paths under results/) copied, everything else of results/ linked (a folder holding none
+  of ``copy`` is one link)."""
   root = tmp_path / "root"
   for rel in C.blocks(ROOT, C.load(ROOT)):
     (root / rel).parent.mkdir(parents=True, exist_ok=True)
     shutil.copy(ROOT / rel, root / rel)
   shutil.copytree(ROOT / C.CLAIMS_DIR, root / C.CLAIMS_DIR)
-  for dirpath, _, files in os.walk(ROOT / "results"):
-    rel_dir = pathlib.Path(dirpath).relative_to(ROOT)
-    (root / rel_dir).mkdir(parents=True, exist_ok=True)
-    for f in files:
-      rel = rel_dir / f
-      if str(rel.relative_to("results")) in copy:
-        shutil.copy(ROOT / rel, root / rel)
-      elif not (root / rel).exists():
-        os.symlink(ROOT / rel, root / rel)
+
+  def link(src: pathlib.Path, dst: pathlib.Path, needed: list[pathlib.Path]) -> None:
+    if not needed:
+      if not dst.exists():
+        os.symlink(src, dst)
+      return
+    if src in needed:
+      shutil.copy(src, dst)
+      return
+    dst.mkdir(parents=True, exist_ok=True)
+    for child in src.iterdir():
+      link(child, dst / child.name, [n for n in needed if n == child or child in n.parents])
+
+  results = ROOT / "results"
+  link(results, root / "results", [results / c for c in copy] or [results / ".none"])
   return root
 
 
