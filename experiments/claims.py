@@ -31,6 +31,7 @@ import numpy as np
 import yaml
 from absl import app, flags
 
+from experiments.markdown_tables import markdown_rows
 from fedjax_sel.metrics.verdicts import (  # noqa: F401 (the words and verdicts, used here)
   INCONCLUSIVE,
   NOT_MEASURABLE,
@@ -63,10 +64,15 @@ CLAIMS_DIR = "docs/reproductions/claims"
 # Reading committed values
 
 
+class NotCommittedError(ClaimsError):
+  """A results file or run a claim reads is not committed (a set-up with ``pending`` runs is
+  then not measurable; for any other it is an error in the claims file)."""
+
+
 def _results_path(root: pathlib.Path, rel: str, where: str) -> pathlib.Path:
   path = root / rel
   if not path.exists():
-    raise ClaimsError(f"{where}: {rel} is not committed")
+    raise NotCommittedError(f"{where}: {rel} is not committed")
   return path
 
 
@@ -88,21 +94,6 @@ def _read_csv(path: str) -> tuple[dict, ...]:
   row keyed by its own table's header)."""
   with open(path, newline="") as f:
     return tuple(csv.DictReader(f) if not path.endswith(".md") else markdown_rows(f))
-
-
-def markdown_rows(lines) -> list[dict]:
-  """Rows of every Markdown table in ``lines``, each keyed by its own table's header."""
-  rows, header = [], None
-  for line in lines:
-    if not line.startswith("|"):
-      header = None
-      continue
-    cells = [c.strip() for c in line.strip().strip("|").split("|")]
-    if header is None:
-      header = cells
-    elif not set("".join(cells)) <= set("-: "):
-      rows.append(dict(zip(header, cells)))
-  return rows
 
 
 def _evaluated(history: Sequence[dict]) -> list[dict]:
@@ -218,7 +209,7 @@ def _cell_values(root: pathlib.Path, spec: dict, seeds: Sequence[int], where: st
     else:
       values[seed] = float(METRICS[metric](summary, history, spec))
   if not values:
-    raise ClaimsError(f"{where}: {folder} holds none of seeds {list(seeds)}")
+    raise NotCommittedError(f"{where}: {folder} holds none of seeds {list(seeds)}")
   return Sample.of(values, censored)
 
 
@@ -301,8 +292,8 @@ def _json_value(root: pathlib.Path, spec: dict, where: str) -> Sample:
 
 
 def evaluate(root: pathlib.Path, check: dict, seeds: Sequence[int], where: str) -> Verdict:
-  """The verdict of one check (``kind``: direction, value, equivalence, not_worse, all,
-  trend, not_measurable)."""
+  """The verdict of one check (``kind``: direction, value, bound, spread, equivalence,
+  not_worse, all, trend, not_measurable)."""
   kind = check.get("kind")
   unit = check.get("unit", "")
   digits = int(check.get("digits", 3))
@@ -381,6 +372,7 @@ class Claim:
   setups: list[tuple[str, Verdict]]
   note: str = ""
   pending: list[str] = dataclasses.field(default_factory=list)  # per set-up: runs to commit
+  paths: set[str] = dataclasses.field(default_factory=set)  # results/ paths its checks read
 
   @property
   def main(self) -> Verdict:
@@ -429,10 +421,10 @@ def load_file(root: pathlib.Path, path: pathlib.Path) -> list[Claim]:
       label = s.get("setup", "")
       try:
         v = evaluate(root / "results", s["check"], s.get("seeds", [0, 1, 2]), f"{where} {label}")
-      except ClaimsError as e:
+      except NotCommittedError:
         # a set-up whose runs are listed as pending (the command and cost) is not measurable
         # until they are committed; any other missing file is an error in the claims file
-        if not s.get("pending") or "not committed" not in str(e) and "holds none" not in str(e):
+        if not s.get("pending"):
           raise
         v = Verdict(NOT_MEASURABLE, f"runs not committed: {s['pending']}")
       setups.append((label, v))
@@ -446,6 +438,7 @@ def load_file(root: pathlib.Path, path: pathlib.Path) -> list[Claim]:
         setups,
         entry.get("note", ""),
         [s.get("pending", "") for s in entry["setups"]],
+        _paths_in(entry["setups"]),
       )
     )
   return out
@@ -621,7 +614,7 @@ def results_index(root: pathlib.Path, claims: Sequence[Claim]) -> str:
   and the claims that read it."""
   reads: dict[str, set[int]] = {}
   for c in claims:
-    for path in _paths_of(root, c):
+    for path in c.paths:
       reads.setdefault(_study_folder(path), set()).add(c.id)
   lines = ["| folder | per-seed runs committed | claims whose verdict reads it |", "|---|---|---|"]
   for folder in sorted(reads):
@@ -633,34 +626,18 @@ def results_index(root: pathlib.Path, claims: Sequence[Claim]) -> str:
   return "\n".join(lines)
 
 
-def _paths_of(root: pathlib.Path, claim: Claim) -> set[str]:
-  return _CLAIM_PATHS.get(claim.id, set())
-
-
-_CLAIM_PATHS: dict[int, set[str]] = {}
-
-
-def _collect_paths(data: Any, out: set[str]) -> None:
+def _paths_in(data: Any) -> set[str]:
+  """The results/ paths (``cells``, ``table``, ``json``) a claims entry reads."""
   if isinstance(data, dict):
-    for k, v in data.items():
-      if k in ("cells", "table", "json") and isinstance(v, str):
-        out.add(v)
-      else:
-        _collect_paths(v, out)
-  elif isinstance(data, list):
-    for v in data:
-      _collect_paths(v, out)
-
-
-def index_paths(root: pathlib.Path) -> None:
-  _CLAIM_PATHS.clear()
-  for f in sorted((root / CLAIMS_DIR).glob("*.yaml")):
-    with open(f) as fh:
-      data = yaml.safe_load(fh)
-    for entry in data.get("claims", []):
-      paths: set[str] = set()
-      _collect_paths(entry.get("setups"), paths)
-      _CLAIM_PATHS[int(entry["id"])] = paths
+    return set().union(
+      *(
+        {v} if k in ("cells", "table", "json") and isinstance(v, str) else _paths_in(v)
+        for k, v in data.items()
+      )
+    )
+  if isinstance(data, list):
+    return set().union(*(_paths_in(v) for v in data))
+  return set()
 
 
 def report(claims: Sequence[Claim]) -> str:
@@ -692,7 +669,6 @@ def end(name: str) -> str:
 
 def blocks(root: pathlib.Path, claims: Sequence[Claim]) -> dict[str, dict[str, str]]:
   """{file (relative to root): {block name: text}} of every generated block."""
-  index_paths(root)
   out: dict[str, dict[str, str]] = {
     "docs/reproductions/README.md": {
       "rule": "\n".join(f"- {part}" for part in RULE_PARTS),

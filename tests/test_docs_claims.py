@@ -49,27 +49,24 @@ def mirror(tmp_path: pathlib.Path, copy: list[str]) -> pathlib.Path:
   shutil.copytree(ROOT / C.CLAIMS_DIR, root / C.CLAIMS_DIR)
 
   def link(src: pathlib.Path, dst: pathlib.Path, needed: list[pathlib.Path]) -> None:
-    if not needed:
-      if not dst.exists():
-        os.symlink(src, dst)
-      return
     if src in needed:
       shutil.copy(src, dst)
-      return
-    dst.mkdir(parents=True, exist_ok=True)
-    for child in src.iterdir():
-      link(child, dst / child.name, [n for n in needed if n == child or child in n.parents])
+    elif not needed and not dst.exists():
+      os.symlink(src, dst)
+    elif src.is_dir():  # holds a planted file, or a docs file copied above
+      dst.mkdir(parents=True, exist_ok=True)
+      for child in src.iterdir():
+        link(child, dst / child.name, [n for n in needed if n == child or child in n.parents])
 
   results = ROOT / "results"
-  link(results, root / "results", [results / c for c in copy] or [results / ".none"])
+  link(results, root / "results", [results / c for c in copy])
   return root
 
 
 def first_run_read(claims) -> str:
   """The seed folder (under results/) of the first claim's first per-seed cell."""
-  C.index_paths(ROOT)
   for c in claims:
-    for path in sorted(C._CLAIM_PATHS.get(c.id, ())):
+    for path in sorted(c.paths):
       cells = ROOT / "results" / path
       if cells.is_dir():
         for cell in sorted(cells.iterdir()):

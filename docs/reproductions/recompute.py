@@ -56,9 +56,9 @@ def first(text: str) -> float:
 
 def md_rows(path: str) -> list[dict]:
   """Rows of every markdown table in a committed .md file, each keyed by its table's header
-  (the verdict engine's reader, ``experiments.claims.markdown_rows``)."""
+  (the verdict engine's reader, ``experiments.markdown_tables.markdown_rows``)."""
   repo_imports()
-  from experiments.claims import markdown_rows
+  from experiments.markdown_tables import markdown_rows
 
   with open(f"{RESULTS}/{path}") as f:
     return markdown_rows(f)
@@ -1014,7 +1014,7 @@ def fedemd_cost() -> None:
         rate = s["seconds"] / s.get("experiments_in_program", 1) / s["rounds"]
         per_cell[method].append(rate)
         if folder.endswith("fig4") and method == "random" and seed == "seed0":
-          fig4_random.append(rate)  # the plan's basis: the seed-0 cells
+          fig4_random.append(rate)  # the estimate's basis: the seed-0 cells
   for method, rates in per_cell.items():
     print(
       f"cost, text's reading, Table 1 (both lr units) and Fig. 4, {method}: "

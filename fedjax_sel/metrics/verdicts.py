@@ -189,10 +189,7 @@ class Effect:
 def _num(x: float, digits: int = 3, signed: bool = False) -> str:
   if not math.isfinite(x):
     return "n/a"
-  s = f"{x:+.{digits}g}" if signed else f"{x:.{digits}g}"
-  if "e" in s:  # scientific for tiny/huge: keep it, it is rare
-    return s
-  return s
+  return f"{x:+.{digits}g}" if signed else f"{x:.{digits}g}"
 
 
 def _p(p: float) -> str:
