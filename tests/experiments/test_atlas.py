@@ -355,3 +355,26 @@ def test_reuse_takes_every_matching_run_and_refuses_other_settings(quick_atlas, 
   other = atlas.prepare_config(atlas_config.get_config(), quick=True, rounds=6)
   with pytest.raises(experiment.ConfigError, match=r"rounds: 4 there, 6 here"):
     atlas.run_study(other, str(tmp_path / "other"), [0], reuse=(out,))
+
+
+@pytest.mark.parametrize(
+  "sizes, same",
+  [
+    ("lognormal", {"idl": "always"}),  # the config's grid: LDF and MDF are their own rows
+    ("", {"idl": "always", "ldf": "always", "mdf": "always"}),  # equal sizes: 600 each
+  ],
+)
+def test_fashion_mnist_grid_ldf_and_mdf_follow_the_clients_sizes(tmp_path, sizes, same):
+  """The atlas's own Fashion-MNIST config, on a stand-in with Fashion-MNIST's 60,000 balanced
+  training labels (6x6 random images written as IDX files): with lognormal client sizes only
+  IDL draws what always-available draws over seeds 0-2 (LDF and MDF follow the sizes); with
+  600 images per client LDF and MDF are always-available too."""
+  from tests.data.test_idx import write_dataset
+
+  write_dataset(tmp_path, n_train=60_000, n_test=100)
+  config = atlas.prepare_config(atlas_config.get_config(), data_dir=str(tmp_path))
+  config.data.fashion_mnist.base.partition_sizes = sizes
+  dataset = experiment.load_data(config.data.fashion_mnist.base)
+  num_examples = np.asarray(dataset.client_info().num_examples)
+  assert (num_examples.min() == num_examples.max()) == (sizes == "")
+  assert atlas.same_availability(config, "fashion_mnist", dataset, [0, 1, 2]) == same
