@@ -106,13 +106,13 @@ def _csv(path):
 
 def test_the_atlas_command_ranks_the_strategy_running_only_its_own_cells(page_dir):
   """The page's atlas command at --quick size on the built-in Synthetic data: a committed
-  grid stands in for results/atlas/fashion_mnist (a --quick selection panel), and the
+  grid stands in for results/atlas/fashion_mnist_sizes (a --quick selection panel), and the
   command reuses all of it, training only fewest_picks's cells."""
   (command,) = [b for b in _blocks("bash") if "experiments.atlas" in b]
   args = shlex.split(command.replace("\\\n", " "))
   assert args[:3] == ["python", "-m", "experiments.atlas"]
   assert "--import=my_strategy.py" in args and "--config.panels=selection" in args
-  assert "--reuse=results/atlas/fashion_mnist" in args
+  assert "--reuse=results/atlas/fashion_mnist_sizes" in args
   base = page_dir / "atlas_base"
   _run(
     ["-m", "experiments.atlas", "--quick", "--config.panels=selection", f"--output_dir={base}"],

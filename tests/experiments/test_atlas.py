@@ -378,3 +378,27 @@ def test_fashion_mnist_grid_ldf_and_mdf_follow_the_clients_sizes(tmp_path, sizes
   num_examples = np.asarray(dataset.client_info().num_examples)
   assert (num_examples.min() == num_examples.max()) == (sizes == "")
   assert atlas.same_availability(config, "fashion_mnist", dataset, [0, 1, 2]) == same
+
+
+def test_committed_fashion_mnist_sizes_grid_has_ldf_and_mdf_as_their_own_rows():
+  """results/atlas/fashion_mnist_sizes/atlas.csv, as committed: in every row of both panels
+  LDF's and MDF's per-seed numbers differ from always-available's, IDL is named "same as
+  always" (not run), and no other two columns of a method hold the same numbers."""
+  rows = read_csv(os.path.join(ROOT, "results", "atlas", "fashion_mnist_sizes", "atlas.csv"))
+  runs = {}
+  for r in rows:
+    method = (r["panel"], r["selection"], r["aggregator"])
+    if r["availability"] == "idl":
+      assert r["status"] == "same as always", r
+      continue
+    assert r["status"] == "ok", r
+    key = (r["final_test_accuracy"], r["optimal_test_loss"])
+    runs.setdefault(method, {}).setdefault(r["availability"], []).append((r["seed"], key))
+  assert len(runs) == 21  # 12 selection strategies + 9 aggregators
+  for method, by_model in runs.items():
+    assert len(by_model) == 8, method  # nine models, IDL named
+    numbers = {av: tuple(sorted(v)) for av, v in by_model.items()}
+    assert all(len(v) == 3 for v in numbers.values()), method
+    for av in ("ldf", "mdf"):
+      assert numbers[av] != numbers["always"], (method, av)
+    assert len(set(numbers.values())) == len(numbers), method
