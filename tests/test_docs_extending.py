@@ -113,9 +113,14 @@ def test_the_atlas_command_ranks_the_strategy_running_only_its_own_cells(page_di
   assert args[:3] == ["python", "-m", "experiments.atlas"]
   assert "--import=my_strategy.py" in args and "--config.panels=selection" in args
   assert "--reuse=results/atlas/fashion_mnist_sizes" in args
+  # Two built-in strategies under two availability models keep both runs to a few programs
+  # (the whole --quick cross is tests/experiments/test_atlas.py's).
+  small = ["--config.availabilities=idl,bernoulli"]
   base = page_dir / "atlas_base"
   _run(
-    ["-m", "experiments.atlas", "--quick", "--config.panels=selection", f"--output_dir={base}"],
+    ["-m", "experiments.atlas", "--quick", "--config.panels=selection", f"--output_dir={base}"]
+    + small
+    + ["--config.selections=uniform,md"],
     page_dir,
   )
   quick = [
@@ -124,10 +129,12 @@ def test_the_atlas_command_ranks_the_strategy_running_only_its_own_cells(page_di
     if not a.startswith(("--config.datasets", "--data_dir", "--reuse", "--output_dir"))
   ]
   out = page_dir / "atlas_mine"
-  _run(quick + ["--quick", f"--reuse={base}", f"--output_dir={out}"], page_dir)
+  mine = ["--config.selections=uniform,md,fewest_picks"]
+  _run(quick + ["--quick", f"--reuse={base}", f"--output_dir={out}"] + small + mine, page_dir)
   rows = _csv(out / "atlas.csv")
-  mine = [r for r in rows if r["selection"] == "fewest_picks"]
-  assert mine and {r["status"] for r in mine} == {"ok"}
+  assert {r["selection"] for r in rows} == {"uniform", "md", "fewest_picks"}
+  ours = [r for r in rows if r["selection"] == "fewest_picks"]
+  assert ours and {r["status"] for r in ours} == {"ok"}
   # every other run is the committed one, byte for byte (reused, not trained again)
   for r in rows:
     if r["selection"] == "fewest_picks" or r["status"] != "ok":
