@@ -1050,7 +1050,7 @@ def supplement_trace(label: str, trace: list[dict], maverick_class: int = 1) -> 
 def fedemd_supplement() -> None:
   """App. A: Table 2's overhead benchmark (``benchmarks/fedemd_overhead.py``) and the
   seconds per round of the supplement's cells (a short timing of ``--config.supplement``),
-  with the plan they give: cells x 200 rounds x s/round."""
+  and the cost they give: cells x 200 rounds x s/round."""
   with open(f"{RESULTS}/{SUPPLEMENT}/overhead/fedemd_overhead.json") as f:
     bench = json.load(f)
   load = bench["machine"].get("loadavg_1m")
