@@ -28,7 +28,6 @@ uniform / FedAvg under the same availability) and ``cells/<dataset>/<cell>/seed<
 
 from __future__ import annotations
 
-import concurrent.futures
 import csv
 import dataclasses
 import functools
@@ -440,9 +439,7 @@ def run_dataset(
           out[c]["status"], out[c]["reason"] = status, reason
 
   workers = max(1, min(int(config.workers), len(programs) or 1))
-  with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-    for f in [pool.submit(run_program, m) for m in programs]:
-      f.result()
+  experiment.run_in_threads(run_program, programs, workers)
   for cname, twin in twins.items():
     out[cname]["runs"] = out[twin]["runs"]
   return out

@@ -10,7 +10,6 @@ run as one vectorized program each (``run_cells``, ``fedjax_sel.experiment.run_b
 from __future__ import annotations
 
 import collections
-import concurrent.futures
 import contextlib
 import json
 import os
@@ -450,9 +449,7 @@ def run_cells(
     for members in batches:
       run_one(members)
   else:
-    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-      for f in [pool.submit(run_one, m) for m in batches]:
-        f.result()
+    experiment.run_in_threads(run_one, batches, workers)
   for members in batches:
     for name, i, _, folder, _ in members:
       out[name][i] = _read_run(folder)

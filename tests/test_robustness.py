@@ -562,3 +562,53 @@ def test_npz_leaf_of_another_dtype_same_width_is_refused(tmp_path):
   checkpoint.save(out, {"a": jnp.ones((2,), jnp.float32)}, 1, fmt="npz")
   with pytest.raises(checkpoint.CheckpointMismatchError, match=r"leaf 0 is float32\[2\]"):
     checkpoint.restore(out, {"a": jnp.zeros((2,), jnp.int32)})
+
+
+_THREADED_STOP = r"""
+import json, os, signal, sys, threading, time
+from fedjax_sel import experiment
+
+out = sys.argv[1]
+c = experiment.default_config()
+c.num_clients, c.clients_per_round, c.rounds, c.eval_every, c.local_steps = 8, 3, 20, 5, 2
+sent = threading.Event()
+
+def run(name):
+  def progress(done, total, record):
+    if name == "a" and done == 10:
+      os.kill(os.getpid(), signal.SIGTERM)  # from a worker thread, as `kill` would
+      time.sleep(1)  # the main thread's handler runs
+      sent.set()
+    if name == "b" and done == 5:
+      assert sent.wait(120)
+  return experiment.run(c, os.path.join(out, name), progress=progress, write_plots=False)
+
+try:
+  experiment.run_in_threads(run, ["a", "b", "c"], workers=2)
+except experiment.Interrupted as e:
+  print("interrupted", e.signum)
+"""
+
+
+def test_sigterm_stops_runs_in_worker_threads_with_checkpoints(tmp_path, compile_cache):
+  """Runs in a thread pool (how ``run_cells`` and the atlas run programs) stop on SIGTERM
+  at their next round with a checkpoint and a summary, and a waiting run never starts:
+  Python installs handlers only on the main thread, where ``run_in_threads`` puts one."""
+  out = str(tmp_path)
+  proc = subprocess.run(
+    [sys.executable, "-c", _THREADED_STOP, out],
+    env=_env(compile_cache),
+    capture_output=True,
+    text=True,
+    timeout=600,
+  )
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  assert proc.stdout.split() == ["interrupted", str(int(signal.SIGTERM))]
+  for name, stopped_at in (("a", 10), ("b", 5)):
+    run = os.path.join(out, name)
+    assert checkpoint.latest_round(run) == stopped_at
+    with open(os.path.join(run, "summary.json")) as f:
+      summary = json.load(f)
+    assert summary["rounds"] == stopped_at and summary["complete"] is False
+    assert summary["stopped"] == f"signal {int(signal.SIGTERM)}"
+  assert not os.path.exists(os.path.join(out, "c"))  # waiting in the pool: never started

@@ -42,7 +42,7 @@ from fedjax_sel.experiment.grouping import (
   batch_groups,
   batch_key,
 )
-from fedjax_sel.experiment.loop import Interrupted, run
+from fedjax_sel.experiment.loop import Interrupted, run, run_in_threads, stop_on_signals
 from fedjax_sel.experiment.outputs import plot_run, plot_seeds, write_config
 from fedjax_sel.experiment.seeds import (
   SEED_STATS,
@@ -80,8 +80,10 @@ __all__ = [
   "plot_seeds",
   "run",
   "run_batch",
+  "run_in_threads",
   "run_seeds",
   "seed_dir",
+  "stop_on_signals",
   "validate_config",
   "write_config",
 ]

@@ -5,9 +5,11 @@ from the newest checkpoint, and a stop with results written when the model turns
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -38,30 +40,85 @@ class _StopRequested:
   """Turns SIGINT/SIGTERM into a flag checked between chunks of rounds.
 
   A second signal raises KeyboardInterrupt at once (the escape hatch).
+
+  Python installs signal handlers only from the main thread, so the outermost one entered
+  there holds the flag, and every one entered inside it, in any thread, reads that flag:
+  a study that runs its programs in worker threads (``run_cells``, the atlas) enters one on
+  its main thread around the pool, and each program's run then stops at its next chunk,
+  checkpointed (without it, a worker thread's run had no handler and SIGTERM ended the
+  process with no checkpoint). Entered in a worker thread with no outer one, it warns once:
+  the signal then ends the process as Python's default does.
   """
 
+  _outer: list[_StopRequested] = []  # the main thread's instances, outermost first
+  _warned = False
+
   def __init__(self):
-    self.signum = None
+    self._signum = None
+    self._parent = None
     self._old = {}
 
+  @property
+  def signum(self):
+    return self._parent.signum if self._parent is not None else self._signum
+
   def __enter__(self):
-    for s in (signal.SIGINT, signal.SIGTERM):
-      try:
+    if _StopRequested._outer:
+      self._parent = _StopRequested._outer[0]
+    elif threading.current_thread() is threading.main_thread():
+      for s in (signal.SIGINT, signal.SIGTERM):
         self._old[s] = signal.signal(s, self._handle)
-      except ValueError:  # not the main thread
-        pass
+    elif not _StopRequested._warned:
+      _StopRequested._warned = True
+      logging.warning(
+        "a run started in a worker thread with no signal handler on the main thread: "
+        "SIGINT/SIGTERM will end the process without a checkpoint (enter "
+        "experiment.stop_on_signals() on the main thread around the threads)"
+      )
+    if threading.current_thread() is threading.main_thread():
+      _StopRequested._outer.append(self)
     return self
 
   def _handle(self, signum, frame):
     del frame
-    if self.signum is not None:  # a second signal: stop now
+    if self._signum is not None:  # a second signal: stop now
       raise KeyboardInterrupt
-    self.signum = signum
+    self._signum = signum
 
   def __exit__(self, *exc):
+    if threading.current_thread() is threading.main_thread():
+      _StopRequested._outer.remove(self)
     for s, h in self._old.items():
       signal.signal(s, h)
     return False
+
+
+def stop_on_signals() -> _StopRequested:
+  """A context manager: inside it, SIGINT/SIGTERM stop every run (``run``, ``run_batch``),
+  in this thread or any other, at its next chunk of rounds with a checkpoint, raising
+  ``Interrupted``; a second signal raises KeyboardInterrupt. Enter it on the main thread
+  around a thread pool of runs; a run entered alone installs its own."""
+  return _StopRequested()
+
+
+def run_in_threads(fn: Callable[[Any], Any], items: list, workers: int) -> list:
+  """``[fn(item) for item in items]``, ``workers`` at a time in threads, inside
+  ``stop_on_signals()``: a SIGINT/SIGTERM stops the running ones at their next checkpointed
+  round and starts none of the waiting ones; the first error (``Interrupted`` on a signal)
+  is raised once every started call has ended."""
+  with stop_on_signals() as stop, concurrent.futures.ThreadPoolExecutor(max(1, workers)) as pool:
+
+    def unless_stopped(item):  # a thread freed by a stopped run takes no waiting one
+      if stop.signum is not None:
+        raise Interrupted(stop.signum, 0)
+      return fn(item)
+
+    futures = [pool.submit(unless_stopped, item) for item in items]
+    try:
+      return [f.result() for f in futures]
+    except BaseException:
+      pool.shutdown(wait=True, cancel_futures=True)
+      raise
 
 
 class Interrupted(Exception):
