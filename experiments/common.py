@@ -223,6 +223,13 @@ def user_errors(*extra: type[BaseException]) -> Iterator[None]:
   except experiment.Interrupted as e:  # SIGINT / SIGTERM: the runs checkpointed, one line
     print(f"{e}; the checkpoints are kept (the same command continues them)", file=sys.stderr)
     sys.exit(128 + e.signum)
+  except KeyboardInterrupt:  # a second signal: no wait for the running chunks' checkpoints
+    print(
+      "stopped at once by a second signal; the newest checkpoints are kept (the same command "
+      "continues from them)",
+      file=sys.stderr,
+    )
+    sys.exit(130)
   if grid.planning():  # every run of the command has finished
     grid.print_plan()
     sys.exit(0)

@@ -368,6 +368,21 @@ def test_a_lanes_command_is_the_command_without_lanes_and_plan_with_its_device_s
   assert env[grid.LANE_ENV] == "1/2"
 
 
+def test_a_second_signal_during_a_study_ends_in_one_line_with_130(capsys):
+  """The escape hatch (a second SIGINT/SIGTERM raises KeyboardInterrupt at once, e.g. while
+  a study's threads finish their chunks) ends a study binary in one line, not a traceback."""
+  from experiments import common
+
+  with pytest.raises(SystemExit) as e, common.user_errors():
+    raise KeyboardInterrupt
+  assert e.value.code == 130
+  err = capsys.readouterr().err
+  assert err.splitlines() == [
+    "stopped at once by a second signal; the newest checkpoints are kept (the same command "
+    "continues from them)"
+  ]
+
+
 def test_ctrl_c_in_a_study_ends_in_one_line_and_keeps_the_checkpoint(tmp_path):
   out = tmp_path / "runs"
   args = [*QUICK, "--modes=idl", "--methods=uniform", "--seeds=0", "--rounds=100000"]
