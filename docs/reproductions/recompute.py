@@ -1987,8 +1987,8 @@ def cmd_half_precision_curves(argv: list[str]) -> None:
 
   FOLDER (default ``results/half_precision_fmnist``) holds ``float32/`` and ``bfloat16/``
   with their ``metrics.jsonl``. Prints a markdown table: test accuracy and loss at each
-  evaluated round both runs have, their difference, the non-finite client updates dropped so
-  far, the seconds so far."""
+  evaluated round both runs have, their difference, the non-finite client updates dropped up
+  to that round and the seconds up to that round."""
   folder = argv[0] if argv else f"{RESULTS}/half_precision_fmnist"
 
   def by_round(precision: str) -> dict[int, dict]:
