@@ -50,7 +50,7 @@ class _StopRequested:
   the signal then ends the process as Python's default does.
   """
 
-  _outer: list[_StopRequested] = []  # the main thread's instances, outermost first
+  _installed: _StopRequested | None = None  # the main thread's one that holds the flag
   _warned = False
 
   def __init__(self):
@@ -63,11 +63,12 @@ class _StopRequested:
     return self._parent.signum if self._parent is not None else self._signum
 
   def __enter__(self):
-    if _StopRequested._outer:
-      self._parent = _StopRequested._outer[0]
+    if _StopRequested._installed is not None:
+      self._parent = _StopRequested._installed
     elif threading.current_thread() is threading.main_thread():
       for s in (signal.SIGINT, signal.SIGTERM):
         self._old[s] = signal.signal(s, self._handle)
+      _StopRequested._installed = self
     elif not _StopRequested._warned:
       _StopRequested._warned = True
       logging.warning(
@@ -75,8 +76,6 @@ class _StopRequested:
         "SIGINT/SIGTERM will end the process without a checkpoint (enter "
         "experiment.stop_on_signals() on the main thread around the threads)"
       )
-    if threading.current_thread() is threading.main_thread():
-      _StopRequested._outer.append(self)
     return self
 
   def _handle(self, signum, frame):
@@ -86,8 +85,8 @@ class _StopRequested:
     self._signum = signum
 
   def __exit__(self, *exc):
-    if threading.current_thread() is threading.main_thread():
-      _StopRequested._outer.remove(self)
+    if _StopRequested._installed is self:
+      _StopRequested._installed = None
     for s, h in self._old.items():
       signal.signal(s, h)
     return False
